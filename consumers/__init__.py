@@ -1,0 +1,1 @@
+"""Query-side consumers: questions in, answers with evidence out."""

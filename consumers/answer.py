@@ -1,0 +1,128 @@
+"""`fast` answering: retrieve the best turns, ask the master model once, attach evidence."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from psycopg_pool import AsyncConnectionPool
+
+from epistream.contracts import Answer, Evidence, Mode, Question, RoleTokens
+from epistream.embeddings import Embedder
+from epistream.llm import ModelClient, Usage
+from epistream.metrics import Metrics
+from epistream.settings import Settings
+
+from .prompts import ANSWER_PROMPT_VERSION, MasterAnswer, load_prompt
+from .retrieve import RetrievedTurn, search_turns
+
+log = logging.getLogger(__name__)
+
+ROLES = ("master", "assistant", "extractor")
+NO_MEMORY_ANSWER = "I don't know: nothing in this memory is about that."
+
+
+@dataclass(frozen=True)
+class AnswerDeps:
+    settings: Settings
+    pool: AsyncConnectionPool
+    embedder: Embedder
+    master: ModelClient
+    metrics: Metrics
+
+
+def format_excerpts(turns: list[RetrievedTurn], max_chars: int) -> str:
+    """Numbered, dated excerpts in time order, cut to the prompt budget."""
+    lines, used = [], 0
+    for number, turn in enumerate(turns, start=1):
+        line = f"[{number}] {turn.ts:%Y-%m-%d %H:%M (%A)} {turn.speaker}: {turn.text}"
+        if used + len(line) > max_chars and lines:
+            break
+        lines.append(line)
+        used += len(line)
+    return "\n".join(lines)
+
+
+def build_messages(question: Question, turns: list[RetrievedTurn], max_chars: int) -> list[dict[str, str]]:
+    asked = (question.asked_at or datetime.now(timezone.utc)).strftime("%Y-%m-%d")
+    user = (
+        f"<memory>\n{format_excerpts(turns, max_chars)}\n</memory>\n\n"
+        f"Today is {asked}. Question: {question.question}"
+    )
+    return [{"role": "system", "content": load_prompt(ANSWER_PROMPT_VERSION)}, {"role": "user", "content": user}]
+
+
+def evidence_from(turns: list[RetrievedTurn], chosen: list[int], fallback: int = 3) -> list[Evidence]:
+    """The excerpts the model cited (only numbers that exist); else the best-ranked ones."""
+    picked = [turns[n - 1] for n in dict.fromkeys(chosen) if 1 <= n <= len(turns)]
+    if not picked:
+        picked = turns[:fallback]
+    return [
+        Evidence(conversation_id=t.conversation_id, turn_ids=[t.turn_id], quote=t.text, time=t.ts, speaker=t.speaker)
+        for t in picked
+    ]
+
+
+def _tokens(master: Usage) -> dict[str, RoleTokens]:
+    tokens = {role: RoleTokens() for role in ROLES}
+    tokens["master"] = RoleTokens(prompt=master.prompt_tokens, completion=master.completion_tokens, calls=master.calls)
+    return tokens
+
+
+async def answer_question(question: Question, deps: AnswerDeps) -> Answer:
+    """Answer in `fast` mode (the only one so far; other requested modes are served by it)."""
+    started = time.perf_counter()
+    settings = deps.settings
+    vector = (await asyncio.to_thread(deps.embedder.embed, [question.question]))[0]
+    async with deps.pool.connection() as conn:
+        turns = await search_turns(
+            conn,
+            tenant=question.tenant,
+            query=question.question,
+            vector=vector,
+            conversation_ids=question.conversation_ids,
+            top_k=settings.retrieve_top_k,
+            pool=settings.retrieve_pool,
+            rrf_k=settings.rrf_k,
+        )
+    # Excerpts in time order read like the conversation did.
+    turns = sorted(turns, key=lambda t: t.ts)
+    if not turns:
+        result = Answer(
+            question_id=question.question_id, tenant=question.tenant, answer=NO_MEMORY_ANSWER, abstained=True,
+            evidence=[], mode=Mode.FAST, latency_ms=_ms(started), tokens=_tokens(Usage()),
+        )
+    else:
+        reply = await deps.master.complete_json(
+            build_messages(question, turns, settings.answer_context_chars), MasterAnswer,
+            max_tokens=settings.llm_max_tokens,
+        )
+        result = Answer(
+            question_id=question.question_id,
+            tenant=question.tenant,
+            answer=reply.value.answer.strip() or "I don't know",
+            abstained=reply.value.abstain,
+            evidence=[] if reply.value.abstain else evidence_from(turns, reply.value.evidence),
+            mode=Mode.FAST,
+            latency_ms=_ms(started),
+            tokens=_tokens(reply.usage),
+        )
+    deps.metrics.questions_answered.labels(result.mode.value, "abstained" if result.abstained else "answered").inc()
+    deps.metrics.answer_latency_seconds.labels(result.mode.value).observe(result.latency_ms / 1000)
+    return result
+
+
+def failed_answer(question: Question, error: Exception, started: float) -> Answer:
+    """What the asker receives when the model kept failing: an explicit abstention with the reason."""
+    return Answer(
+        question_id=question.question_id, tenant=question.tenant, answer="I could not answer: the model failed.",
+        abstained=True, evidence=[], mode=Mode.FAST, latency_ms=_ms(started), tokens=_tokens(Usage()),
+        error=f"{type(error).__name__}: {str(error)[:300]}",
+    )
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 1)

@@ -1,0 +1,115 @@
+"""The answer consumer: `memory.questions` in, `memory.answers` (or the asked reply topic) out.
+
+Offsets are committed only after the answer (or the dead letter) is produced,
+so a crash re-answers a question rather than losing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from pydantic import ValidationError
+
+from epistream.contracts import Question
+from epistream.db import create_pool
+from epistream.embeddings import Embedder
+from epistream.errors import ContractError, EpistreamError
+from epistream.kafka_io import count_dead_letter, create_producer, dead_letter
+from epistream.llm import ModelClient, create_client
+from epistream.metrics import Metrics
+from epistream.settings import Settings
+
+from .answer import AnswerDeps, answer_question, failed_answer
+
+log = logging.getLogger(__name__)
+
+GROUP_ID = "epistream-answer"
+STAGE = "answer"
+
+
+async def handle_question(record: ConsumerRecord, deps: AnswerDeps, producer) -> None:  # type: ignore[no-untyped-def]
+    settings = deps.settings
+    try:
+        try:
+            question = Question.from_bytes(record.value)
+        except (ValidationError, ValueError) as exc:
+            raise ContractError(f"not a valid memory.questions event: {str(exc)[:500]}") from exc
+    except ContractError as exc:
+        await _dead_letter(record, exc, deps, producer)
+        return
+    started = time.perf_counter()
+    try:
+        answer = await answer_question(question, deps)
+    except EpistreamError as exc:
+        # The model kept failing: tell the asker, and keep the question for a replay.
+        answer = failed_answer(question, exc, started)
+        deps.metrics.questions_answered.labels(answer.mode.value, "failed").inc()
+        await _dead_letter(record, exc, deps, producer)
+    await producer.send_and_wait(
+        question.reply_topic or settings.topic_answers, key=question.question_id.encode(), value=answer.to_bytes()
+    )
+    log.info("answered %s (%s, %.0f ms)", question.question_id, answer.mode.value, answer.latency_ms)
+
+
+async def _dead_letter(record: ConsumerRecord, exc: Exception, deps: AnswerDeps, producer) -> None:  # type: ignore[no-untyped-def]
+    letter = dead_letter(
+        topic=record.topic, partition=record.partition, offset=record.offset,
+        key=record.key, value=record.value, stage=STAGE, error=exc,
+    )
+    count_dead_letter(deps.metrics, letter)
+    await producer.send_and_wait(deps.settings.topic_dlq, key=record.key, value=letter.to_bytes())
+
+
+async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
+    stop = stop or asyncio.Event()
+    metrics = Metrics.create()
+    pool = create_pool(settings)
+    await pool.open(wait=True)
+    embedder = Embedder.from_settings(settings)
+    master = ModelClient(
+        create_client(settings), role="master", model=settings.llm_model, json_mode=settings.llm_json_mode,
+        metrics=metrics, max_retries=settings.llm_max_retries,
+    )
+    deps = AnswerDeps(settings=settings, pool=pool, embedder=embedder, master=master, metrics=metrics)
+    producer = create_producer(settings)
+    consumer = AIOKafkaConsumer(
+        settings.topic_questions,
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=GROUP_ID,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        # Answering can take a while on a CPU model: do not get kicked from the group.
+        max_poll_interval_ms=600_000,
+    )
+    await producer.start()
+    await consumer.start()
+    metrics.serve(settings.answer_metrics_port)
+    log.info("answer consumer ready; metrics on :%d", settings.answer_metrics_port)
+    try:
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=500, max_records=8)
+            for tp, records in batches.items():
+                for record in records:
+                    await handle_question(record, deps, producer)
+                    await consumer.commit({TopicPartition(tp.topic, tp.partition): record.offset + 1})
+    finally:
+        await consumer.stop()
+        await producer.stop()
+        await pool.close()
+
+
+def run_worker(settings: Settings) -> None:
+    """Run the answer consumer until SIGTERM or SIGINT (blocks)."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run(settings, stop=stop)
+
+    asyncio.run(main())

@@ -1,0 +1,228 @@
+"""`epistream`: the command line, and the composition root of every process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import shutil
+import sys
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+from .settings import Settings
+
+
+def _settings() -> Settings:
+    return Settings()
+
+
+def _print_rows(rows) -> None:  # type: ignore[no-untyped-def]
+    for row in rows:
+        mark = "up  " if row.running else "down"
+        print(f"  {mark} {row.name:<15} {row.detail}")
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from infra import services
+
+    rows = services.up(_settings(), workers=not args.no_workers)
+    print("epistream is up:")
+    _print_rows(rows)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from infra import services
+
+    _print_rows(services.down(_settings()))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from infra import services
+
+    rows = services.status(_settings())
+    _print_rows(rows)
+    return 0 if all(r.running for r in rows) else 1
+
+
+def _turn_records(path: Path, tenant: str | None, prefix: str) -> Iterator[tuple[bytes | None, bytes]]:
+    """(key, value) pairs from a JSONL or LoCoMo file. JSONL lines go as they are,
+    even invalid ones: the ingest agent dead-letters them with the reason."""
+    from .sources import detect_format, load_locomo, read_turns_jsonl
+
+    if detect_format(path) == "locomo":
+        for sample in load_locomo(path, tenant=tenant or "locomo", conversation_prefix=prefix):
+            for turn in sample.turns:
+                yield turn.conversation_id.encode(), turn.to_bytes()
+        return
+    for _, data, _error in read_turns_jsonl(path):
+        if data is None:
+            continue  # counted by the caller's pre-scan
+        if tenant:
+            data["tenant"] = tenant
+        if prefix and isinstance(data.get("conversation_id"), str):
+            data["conversation_id"] = prefix + data["conversation_id"]
+        key = data.get("conversation_id")
+        yield (key.encode() if isinstance(key, str) else None), json.dumps(data).encode()
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .client import produce_raw
+    from .sources import detect_format, read_turns_jsonl
+
+    settings = _settings()
+    path = Path(args.file)
+    if detect_format(path) == "jsonl":
+        bad = [(n, e) for n, d, e in read_turns_jsonl(path) if d is None]
+        for line, error in bad:
+            print(f"{path}:{line}: skipped: {error}", file=sys.stderr)
+    records = list(_turn_records(path, args.tenant, args.conversation_prefix))
+    with tqdm(total=len(records), unit="turn", desc=f"producing to {settings.topic_turns}") as bar:
+        sent = asyncio.run(produce_raw(settings, records, progress=bar))
+    print(f"produced {sent} turns from {path}")
+    return 0
+
+
+def _print_answer(answer, question: str) -> None:  # type: ignore[no-untyped-def]
+    print(f"\nQ: {question}")
+    flag = " (abstained)" if answer.abstained else ""
+    print(f"A: {answer.answer}{flag}")
+    for ev in answer.evidence:
+        print(f"   - [{ev.time:%Y-%m-%d %H:%M}] {ev.conversation_id}/{','.join(ev.turn_ids)} {ev.speaker}: {ev.quote[:160]}")
+    tokens = ", ".join(f"{role} {t.prompt}+{t.completion}" for role, t in answer.tokens.items() if t.calls)
+    print(f"   mode {answer.mode.value}, {answer.latency_ms:.0f} ms, tokens {tokens or 'none'}")
+    if answer.error:
+        print(f"   error: {answer.error}")
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from .client import ask
+    from .contracts import Mode, Question
+
+    settings = _settings()
+    question = Question(
+        question_id=f"q-{uuid.uuid4()}",
+        tenant=args.tenant,
+        question=args.question,
+        conversation_ids=args.conversation or None,
+        asked_at=datetime.fromisoformat(args.asked_at) if args.asked_at else datetime.now(timezone.utc),
+        mode=Mode(args.mode),
+    )
+    answer = asyncio.run(ask(settings, question, timeout_s=args.timeout))
+    if args.json:
+        print(answer.model_dump_json(indent=2))
+    else:
+        _print_answer(answer, question.question)
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from .db import database_url
+
+    url = database_url(_settings())
+    psql = shutil.which("psql")
+    try:
+        import pgserver
+
+        bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "psql"
+        psql = str(bundled) if bundled.exists() else psql
+    except ImportError:
+        pass
+    if psql is None:
+        print("psql not found", file=sys.stderr)
+        return 1
+    os.execv(psql, [psql, url, *args.psql_args])
+    return 0  # not reached
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    settings = _settings()
+    if args.name == "ingest":
+        from pipeline.app import run_worker as run_ingest
+
+        run_ingest(settings)
+    else:
+        from consumers.worker import run_worker as run_answer
+
+        run_answer(settings)
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from .db import apply_migrations, database_url
+
+    applied = apply_migrations(database_url(_settings()))
+    print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(_settings(), start=not args.no_start)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="epistream", description="Streaming episodic memory for LLM agents.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("up", help="start Kafka, PostgreSQL, the model server and the workers (idempotent)")
+    p.add_argument("--no-workers", action="store_true", help="start only the services")
+    p.set_defaults(func=cmd_up)
+    sub.add_parser("down", help="stop everything this state directory started").set_defaults(func=cmd_down)
+    sub.add_parser("status", help="what is running").set_defaults(func=cmd_status)
+
+    p = sub.add_parser("produce", help="stream turns from a JSONL or LoCoMo file to memory.turns")
+    p.add_argument("file")
+    p.add_argument("--tenant", help="override (JSONL) or set (LoCoMo, default 'locomo') the tenant")
+    p.add_argument("--conversation-prefix", default="", help="prefix added to conversation ids")
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("ask", help="ask a question through memory.questions and print the answer")
+    p.add_argument("question")
+    p.add_argument("--tenant", default="demo")
+    p.add_argument("--conversation", action="append", help="restrict to this conversation (repeatable)")
+    p.add_argument("--mode", default="auto", choices=["fast", "deep", "agentic", "auto"])
+    p.add_argument("--asked-at", help="ISO-8601 time the question is asked at (default: now)")
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--json", action="store_true", help="print the answer message as JSON")
+    p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser("sql", help="psql on the memory database")
+    p.add_argument("psql_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("worker", help="run one worker in the foreground")
+    p.add_argument("name", choices=["ingest", "answer"])
+    p.set_defaults(func=cmd_worker)
+
+    sub.add_parser("migrate", help="apply pending SQL migrations").set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("demo", help="start everything, stream the sample conversation, ask its questions")
+    p.add_argument("--no-start", action="store_true", help="use the running stack")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("aiokafka", "kafka", "httpx", "faust", "mode", "pgserver"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

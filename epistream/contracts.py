@@ -1,0 +1,133 @@
+"""Typed message contracts, one frozen model per topic value.
+
+Every value is JSON (UTF-8). Unknown fields are rejected so a producer's typo
+is dead-lettered instead of silently dropped.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+from enum import Enum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+
+SCHEMA_VERSION = 1
+
+Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
+
+
+def _no_nul(text: str) -> str:
+    # PostgreSQL text cannot hold NUL; reject it here with a clear reason.
+    if "\x00" in text:
+        raise ValueError("text contains a NUL character")
+    return text
+
+
+Text = Annotated[str, StringConstraints(min_length=1, max_length=20_000), AfterValidator(_no_nul)]
+
+
+class Contract(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+
+    def to_bytes(self) -> bytes:
+        return self.model_dump_json(exclude_none=True).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes | None):  # type: ignore[no-untyped-def]
+        if raw is None:
+            raise ValueError("empty message value")
+        return cls.model_validate_json(raw)
+
+
+class Turn(Contract):
+    """`memory.turns`, keyed by conversation id."""
+
+    tenant: Identifier
+    conversation_id: Identifier
+    turn_id: Identifier
+    speaker: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    text: Text
+    ts: AwareDatetime
+    session_id: Identifier | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Mode(str, Enum):
+    FAST = "fast"
+    DEEP = "deep"
+    AGENTIC = "agentic"
+    AUTO = "auto"
+
+
+class Question(Contract):
+    """`memory.questions`, keyed by question id."""
+
+    question_id: Identifier
+    tenant: Identifier
+    question: Annotated[str, StringConstraints(min_length=1, max_length=4_000), AfterValidator(_no_nul)]
+    conversation_ids: list[Identifier] | None = None
+    asked_at: AwareDatetime | None = None
+    mode: Mode = Mode.AUTO
+    reply_topic: Identifier | None = None
+
+
+class Evidence(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    conversation_id: str
+    segment_id: str | None = None
+    turn_ids: list[str]
+    quote: str
+    time: datetime
+    speaker: str | None = None
+
+
+class RoleTokens(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prompt: int = 0
+    completion: int = 0
+    calls: int = 0
+
+
+class Answer(Contract):
+    """`memory.answers`, keyed by question id."""
+
+    question_id: str
+    tenant: str
+    answer: str
+    abstained: bool
+    evidence: list[Evidence]
+    mode: Mode
+    latency_ms: float
+    tokens: dict[str, RoleTokens]
+    error: str | None = None
+
+
+class DeadLetter(Contract):
+    """`memory.dlq`: the original bytes (base64) and why they could not be used."""
+
+    topic: str
+    partition: int
+    offset: int
+    key_b64: str | None
+    value_b64: str | None
+    stage: str
+    error_class: str
+    error_message: str
+    attempts: int = 1
+    failed_at: AwareDatetime
+
+    @staticmethod
+    def encode(raw: bytes | None) -> str | None:
+        return None if raw is None else base64.b64encode(raw).decode()
+
+    def original_value(self) -> bytes | None:
+        return None if self.value_b64 is None else base64.b64decode(self.value_b64)
+
+    def original_key(self) -> bytes | None:
+        return None if self.key_b64 is None else base64.b64decode(self.key_b64)

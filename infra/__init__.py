@@ -1,0 +1,1 @@
+"""Starts, checks and stops the services epistream runs on, as plain processes."""

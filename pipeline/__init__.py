@@ -1,0 +1,1 @@
+"""The Faust streaming indexer: turns in, searchable memory out."""

@@ -1,0 +1,58 @@
+"""Idempotent writes of turns (with embeddings) into ``memory.turns``."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+from epistream.contracts import Turn
+
+from .records import RawRecord
+
+# Keyed by (tenant, conversation, turn): a replay or a duplicate produce is a
+# no-op; a corrected turn replaces the old version.
+UPSERT_TURN = """
+INSERT INTO memory.turns AS t (
+    tenant, conversation_id, turn_id, speaker, text, ts, session_id, metadata,
+    embedding, kafka_partition, kafka_offset, produced_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (tenant, conversation_id, turn_id) DO UPDATE SET
+    speaker = EXCLUDED.speaker, text = EXCLUDED.text, ts = EXCLUDED.ts,
+    session_id = EXCLUDED.session_id, metadata = EXCLUDED.metadata,
+    embedding = EXCLUDED.embedding, kafka_partition = EXCLUDED.kafka_partition,
+    kafka_offset = EXCLUDED.kafka_offset, produced_at = EXCLUDED.produced_at,
+    stored_at = now()
+WHERE (t.speaker, t.text, t.ts, t.session_id, t.metadata)
+      IS DISTINCT FROM (EXCLUDED.speaker, EXCLUDED.text, EXCLUDED.ts, EXCLUDED.session_id, EXCLUDED.metadata)
+RETURNING (xmax = 0) AS inserted
+"""
+
+
+def _params(turn: Turn, vector: np.ndarray, record: RawRecord) -> tuple:
+    return (
+        turn.tenant, turn.conversation_id, turn.turn_id, turn.speaker, turn.text, turn.ts,
+        turn.session_id, Jsonb(turn.metadata), vector, record.partition, record.offset, record.produced_at,
+    )
+
+
+async def upsert_turns(
+    conn: AsyncConnection, turns: Sequence[Turn], vectors: np.ndarray, records: Sequence[RawRecord]
+) -> list[str]:
+    """Write turns in one transaction; return each one's outcome: inserted, updated or unchanged."""
+    outcomes: list[str] = []
+    async with conn.transaction():
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                UPSERT_TURN,
+                [_params(t, v, r) for t, v, r in zip(turns, vectors, records)],
+                returning=True,
+            )
+            while True:
+                row = await cur.fetchone()
+                outcomes.append("unchanged" if row is None else ("inserted" if row[0] else "updated"))
+                if not cur.nextset():
+                    break
+    return outcomes
