@@ -25,6 +25,7 @@ demo: setup
 	$(BIN)/epistream demo
 
 test: setup
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
 up: setup

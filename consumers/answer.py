@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -47,7 +47,7 @@ def format_excerpts(turns: list[RetrievedTurn], max_chars: int) -> str:
 
 
 def build_messages(question: Question, turns: list[RetrievedTurn], max_chars: int) -> list[dict[str, str]]:
-    asked = (question.asked_at or datetime.now(timezone.utc)).strftime("%Y-%m-%d")
+    asked = (question.asked_at or datetime.now(UTC)).strftime("%Y-%m-%d")
     user = (
         f"<memory>\n{format_excerpts(turns, max_chars)}\n</memory>\n\n"
         f"Today is {asked}. Question: {question.question}"

@@ -10,9 +10,9 @@ import os
 import shutil
 import sys
 import uuid
-from datetime import datetime, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterator
 
 from .settings import Settings
 
@@ -113,7 +113,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         tenant=args.tenant,
         question=args.question,
         conversation_ids=args.conversation or None,
-        asked_at=datetime.fromisoformat(args.asked_at) if args.asked_at else datetime.now(timezone.utc),
+        asked_at=datetime.fromisoformat(args.asked_at) if args.asked_at else datetime.now(UTC),
         mode=Mode(args.mode),
     )
     answer = asyncio.run(ask(settings, question, timeout_s=args.timeout))

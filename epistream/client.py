@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from .contracts import Answer, Question
-from .kafka_io import create_producer
+from .kafka_io import create_producer, partitions_of
 from .settings import Settings
 
 
@@ -45,7 +45,7 @@ async def ask(settings: Settings, question: Question, *, timeout_s: float = 300.
     await producer.start()
     try:
         # Position at the end of every partition *before* asking, so the answer cannot be missed.
-        partitions = [TopicPartition(reply_topic, p) for p in sorted(await producer.partitions_for(reply_topic))]
+        partitions = [TopicPartition(reply_topic, p) for p in await partitions_of(settings, reply_topic)]
         consumer.assign(partitions)
         await consumer.seek_to_end(*partitions)
         for tp in partitions:

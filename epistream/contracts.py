@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
@@ -56,7 +56,7 @@ class Turn(Contract):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     FAST = "fast"
     DEEP = "deep"
     AGENTIC = "agentic"

@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -57,7 +57,7 @@ def run_demo(settings: Settings, *, start: bool = True) -> int:
     print(f"\nproduced {len(turns)} turns of {turns[0].conversation_id!r} to {settings.topic_turns}")
     print(f"all of them searchable after {wait_until_stored(settings, turns):.2f}s")
     # Questions are asked "now" in the conversation's world: the day after its last turn.
-    asked_at = max(t.ts for t in turns).astimezone(timezone.utc).replace(hour=12, minute=0)
+    asked_at = max(t.ts for t in turns).astimezone(UTC).replace(hour=12, minute=0)
     for item in json.loads(SAMPLE_QUESTIONS.read_text()):
         question = Question(
             question_id=f"demo-{uuid.uuid4()}", tenant=turns[0].tenant, question=item["question"],
@@ -66,5 +66,5 @@ def run_demo(settings: Settings, *, start: bool = True) -> int:
         answer = asyncio.run(ask(settings, question))
         _print_answer(answer, item["question"])
         print(f"   expected: {item['expected'] if item['expected'] is not None else '(unanswerable: abstain)'}")
-    print(f"\ndone at {datetime.now(timezone.utc):%H:%M:%S}; `epistream down` stops the services.")
+    print(f"\ndone at {datetime.now(UTC):%H:%M:%S}; `epistream down` stops the services.")
     return 0

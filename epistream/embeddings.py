@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -64,7 +64,7 @@ class Embedder:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "Embedder":
+    def from_settings(cls, settings: Settings) -> Embedder:
         return cls(
             model_path=settings.embedding_model_path or default_model_path(),
             tokenizer_path=settings.embedding_tokenizer_path or default_tokenizer_path(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -92,7 +92,7 @@ def dead_letter(
         error_class=type(error).__name__,
         error_message=str(error)[:2000],
         attempts=attempts,
-        failed_at=datetime.now(timezone.utc),
+        failed_at=datetime.now(UTC),
     )
 
 
@@ -101,3 +101,14 @@ def count_dead_letter(metrics: Metrics, letter: DeadLetter) -> None:
     log.warning(
         "dead-lettered %s[%d]@%d at %s: %s", letter.topic, letter.partition, letter.offset, letter.stage, letter.error_class
     )
+
+
+async def partitions_of(settings: Settings, topic: str) -> list[int]:
+    """The partition numbers of a topic, from the broker's metadata."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    return sorted(p["partition"] for p in described[0]["partitions"])

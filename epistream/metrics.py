@@ -30,7 +30,7 @@ class Metrics:
     answer_latency_seconds: Histogram
 
     @classmethod
-    def create(cls, registry: CollectorRegistry | None = None) -> "Metrics":
+    def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
         reg = registry if registry is not None else CollectorRegistry()
         return cls(
             registry=reg,

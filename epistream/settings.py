@@ -6,14 +6,14 @@ down; nothing else reads the environment.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-class JsonMode(str, Enum):
+class JsonMode(StrEnum):
     """How to ask an OpenAI-compatible server for schema-constrained JSON."""
 
     #: llama-cpp-python: ``{"type": "json_object", "schema": ...}``
@@ -85,5 +85,5 @@ class Settings(BaseSettings):
     def state_dir(self) -> Path:
         return self.home.resolve()
 
-    def with_overrides(self, **values: object) -> "Settings":
+    def with_overrides(self, **values: object) -> Settings:
         return self.model_copy(update=values)

@@ -10,9 +10,9 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Sequence
+from datetime import UTC, datetime
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -79,7 +79,7 @@ async def ingest_batch(
         vectors = await asyncio.to_thread(embedder.embed, [t.text for t, _ in valid])
         metrics.embedding_seconds.observe(time.perf_counter() - embed_started)
         stored = await _store_with_retry(pool, valid, vectors, result, max_backoff_s)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         for _, record in stored:
             if record.produced_at is not None:
                 metrics.produce_to_searchable_seconds.observe(max(0.0, (now - record.produced_at).total_seconds()))
@@ -113,7 +113,7 @@ async def _store_with_retry(pool, valid, vectors, result: IngestResult, max_back
 
 async def _store_one_by_one(conn, valid, vectors, result: IngestResult):  # type: ignore[no-untyped-def]
     stored = []
-    for (turn, record), vector in zip(valid, vectors):
+    for (turn, record), vector in zip(valid, vectors, strict=True):
         try:
             outcomes = await upsert_turns(conn, [turn], vector[None, :], [record])
         except _ROW_ERRORS as exc:

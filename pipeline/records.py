@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 @dataclass(frozen=True)
@@ -19,4 +19,4 @@ class RawRecord:
     def produced_at(self) -> datetime | None:
         if self.timestamp_ms is None or self.timestamp_ms <= 0:
             return None
-        return datetime.fromtimestamp(self.timestamp_ms / 1000, tz=timezone.utc)
+        return datetime.fromtimestamp(self.timestamp_ms / 1000, tz=UTC)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from psycopg import AsyncConnection
@@ -43,16 +43,15 @@ async def upsert_turns(
 ) -> list[str]:
     """Write turns in one transaction; return each one's outcome: inserted, updated or unchanged."""
     outcomes: list[str] = []
-    async with conn.transaction():
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                UPSERT_TURN,
-                [_params(t, v, r) for t, v, r in zip(turns, vectors, records)],
-                returning=True,
-            )
-            while True:
-                row = await cur.fetchone()
-                outcomes.append("unchanged" if row is None else ("inserted" if row[0] else "updated"))
-                if not cur.nextset():
-                    break
+    async with conn.transaction(), conn.cursor() as cur:
+        await cur.executemany(
+            UPSERT_TURN,
+            [_params(t, v, r) for t, v, r in zip(turns, vectors, records, strict=True)],
+            returning=True,
+        )
+        while True:
+            row = await cur.fetchone()
+            outcomes.append("unchanged" if row is None else ("inserted" if row[0] else "updated"))
+            if not cur.nextset():
+                break
     return outcomes

@@ -1,0 +1,113 @@
+"""Integration fixtures: the real stack (Kafka, PostgreSQL with AGE + pgvector,
+the llama.cpp model server and both workers), started once per session under
+its own state directory and ports so it never touches a running demo."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The test stack's own home and ports (overridable from the environment).
+TEST_ENV = {
+    "EPISTREAM_HOME": str(ROOT / ".epistream-test"),
+    "EPISTREAM_KAFKA_BOOTSTRAP": "127.0.0.1:29092",
+    "EPISTREAM_KAFKA_CONTROLLER_PORT": "29093",
+    "EPISTREAM_MODEL_SERVER_PORT": "28080",
+    "EPISTREAM_LLM_BASE_URL": "http://127.0.0.1:28080/v1",
+    "EPISTREAM_INGEST_METRICS_PORT": "29101",
+    "EPISTREAM_ANSWER_METRICS_PORT": "29102",
+    "EPISTREAM_KAFKA_HEAP": "512m",
+}
+for _name, _value in TEST_ENV.items():
+    os.environ.setdefault(_name, _value)
+
+from epistream.db import create_pool, database_url
+from epistream.kafka_io import partitions_of
+from epistream.settings import Settings
+from infra import services
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings()
+
+
+@pytest.fixture(scope="session")
+def stack(settings: Settings):
+    started = time.perf_counter()
+    rows = services.up(settings)
+    for row in rows:
+        print(f"[stack] {row.name}: {row.detail}")
+    print(f"[stack] up in {time.perf_counter() - started:.1f}s")
+    yield settings
+    if os.environ.get("EPISTREAM_TEST_KEEP_STACK") != "1":
+        services.down(settings)
+
+
+@pytest.fixture(scope="session")
+def db_url(stack: Settings) -> str:
+    return database_url(stack)
+
+
+@pytest.fixture
+async def pool(stack: Settings) -> AsyncIterator:
+    p = create_pool(stack)
+    await p.open(wait=True)
+    yield p
+    await p.close()
+
+
+@pytest.fixture
+def unique() -> Callable[[str], str]:
+    """Fresh ids per test, so tests never see each other's data."""
+    run = uuid.uuid4().hex[:8]
+    return lambda name: f"{name}-{run}"
+
+
+def wait_for(check: Callable[[], object], *, timeout: float = 60.0, interval: float = 0.25, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def count_turns(db_url: str, tenant: str, conversation_id: str) -> int:
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM memory.turns WHERE tenant = %s AND conversation_id = %s", (tenant, conversation_id)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def read_topic(settings: Settings, topic: str, match: Callable[[bytes | None, bytes | None], bool],
+                     *, want: int = 1, timeout: float = 60.0) -> list:
+    """Read a topic from the beginning (no group) until `want` records match."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    found = []
+    try:
+        partitions = [TopicPartition(topic, p) for p in await partitions_of(settings, topic)]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and len(found) < want:
+            batches = await consumer.getmany(timeout_ms=500)
+            for records in batches.values():
+                found.extend(r for r in records if match(r.key, r.value))
+            await asyncio.sleep(0)
+    finally:
+        await consumer.stop()
+    return found

@@ -1,0 +1,107 @@
+"""The answer path on the real stack: memory.questions -> answer consumer -> memory.answers."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from consumers.retrieve import search_turns
+from epistream.client import ask
+from epistream.contracts import Answer, DeadLetter, Mode, Question
+from epistream.db import create_pool
+from epistream.embeddings import Embedder
+
+from .conftest import count_turns, read_topic, wait_for
+from .helpers import make_turns, produce_bytes, produce_turns
+
+pytestmark = pytest.mark.integration
+
+ASKED = [
+    ("Nora", "My daughter Ines started violin lessons at the conservatory on Tuesday."),
+    ("Sam", "That is wonderful, how is she finding the violin?"),
+]
+OTHER = [
+    ("Nora", "My son Tiago started violin lessons at the music school on Tuesday."),
+    ("Sam", "Violin lessons are a big step for him."),
+]
+
+
+@pytest.fixture
+def two_conversations(stack, db_url, unique):
+    tenant = unique("tenant")
+    asked, other = unique("asked"), unique("other")
+    stranger_tenant = unique("stranger")
+    produce_turns(stack, make_turns(tenant, asked, ASKED) + make_turns(tenant, other, OTHER)
+                  + make_turns(stranger_tenant, asked, OTHER))
+    for t, c in ((tenant, asked), (tenant, other), (stranger_tenant, asked)):
+        wait_for(lambda t=t, c=c: count_turns(db_url, t, c) == 2, what=f"{c} stored")
+    return tenant, asked, other, stranger_tenant
+
+
+def test_retrieval_is_confined_to_the_asked_conversations_and_tenant(stack, two_conversations):
+    tenant, asked, other, _ = two_conversations
+    embedder = Embedder.from_settings(stack)
+    query = "When did the child start violin lessons?"
+
+    async def search(conversations):
+        pool = create_pool(stack)
+        await pool.open(wait=True)
+        try:
+            async with pool.connection() as conn:
+                return await search_turns(conn, tenant=tenant, query=query, vector=embedder.embed_one(query),
+                                          conversation_ids=conversations, top_k=10)
+        finally:
+            await pool.close()
+
+    only_asked = asyncio.run(search([asked]))
+    assert {t.conversation_id for t in only_asked} == {asked}
+    both = asyncio.run(search(None))
+    # Without a filter: both conversations of this tenant, never the stranger tenant's copy.
+    assert {t.conversation_id for t in both} == {asked, other}
+    assert len(both) == 4
+
+
+def test_question_gets_an_answer_with_evidence_from_the_asked_conversation_only(stack, two_conversations):
+    tenant, asked, _, _ = two_conversations
+    question = Question(
+        question_id=f"q-{uuid.uuid4()}", tenant=tenant, question="Who started violin lessons at the conservatory?",
+        conversation_ids=[asked], asked_at=datetime(2024, 6, 1, tzinfo=UTC), mode=Mode.FAST,
+    )
+    answer = asyncio.run(ask(stack, question, timeout_s=240))
+    assert answer.question_id == question.question_id and answer.tenant == tenant
+    assert answer.mode is Mode.FAST and answer.latency_ms > 0
+    assert answer.error is None, answer.error
+    assert answer.tokens["master"].calls >= 1 and answer.tokens["master"].prompt > 0
+    if not answer.abstained:
+        assert answer.evidence, "a non-abstaining answer cites evidence"
+    for ev in answer.evidence:
+        assert ev.conversation_id == asked
+        assert ev.quote in {text for _, text in ASKED}
+        assert ev.time.tzinfo is not None
+
+
+def test_question_about_an_empty_memory_abstains_without_a_model_call(stack, unique):
+    question = Question(
+        question_id=f"q-{uuid.uuid4()}", tenant=unique("nobody"), question="What did I eat yesterday?",
+        mode=Mode.FAST,
+    )
+    answer = asyncio.run(ask(stack, question, timeout_s=120))
+    assert answer.abstained and answer.evidence == []
+    assert answer.tokens["master"].calls == 0
+
+
+def test_malformed_question_is_dead_lettered_and_later_questions_are_answered(stack, unique):
+    marker = unique("bad-question").encode()
+    bad = b'{"question_id": "' + marker + b'", "question": "no tenant here"}'
+    produce_bytes(stack, [(marker, bad)], topic=stack.topic_questions)
+    letters = asyncio.run(read_topic(stack, stack.topic_dlq, lambda k, v: k == marker))
+    letter = DeadLetter.model_validate_json(letters[0].value)
+    assert letter.stage == "answer" and letter.topic == stack.topic_questions
+    assert "tenant" in letter.error_message and letter.original_value() == bad
+
+    follow_up = Question(question_id=f"q-{uuid.uuid4()}", tenant=unique("t"), question="Anything?", mode=Mode.FAST)
+    assert isinstance(asyncio.run(ask(stack, follow_up, timeout_s=120)), Answer)
+

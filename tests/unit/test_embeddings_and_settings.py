@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from epistream.db import migration_files
+from epistream.embeddings import DIMENSIONS, Embedder
+from epistream.settings import JsonMode, Settings
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    return Embedder.from_settings(Settings())
+
+
+def test_embeddings_are_unit_vectors_of_the_right_size(embedder):
+    vectors = embedder.embed(["A man is eating food.", "A man is eating a piece of bread.", "The girl carries a baby."])
+    assert vectors.shape == (3, DIMENSIONS) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    sims = vectors @ vectors.T
+    assert sims[0, 1] > 0.6 > sims[0, 2]
+
+
+def test_batching_does_not_change_vectors(embedder):
+    texts = [f"sentence number {i} about {'cats' if i % 2 else 'trains'}" for i in range(70)]
+    together = embedder.embed(texts)
+    alone = np.vstack([embedder.embed_one(t) for t in texts[:3]])
+    assert np.allclose(together[:3], alone, atol=1e-4)
+    assert embedder.embed([]).shape == (0, DIMENSIONS)
+
+
+def test_settings_come_from_prefixed_environment(monkeypatch):
+    monkeypatch.setenv("EPISTREAM_KAFKA_BOOTSTRAP", "broker:9092")
+    monkeypatch.setenv("EPISTREAM_LLM_JSON_MODE", "json_schema")
+    monkeypatch.setenv("EPISTREAM_DATABASE_URL", "postgresql://u:secret@db/x")
+    settings = Settings()
+    assert settings.kafka_bootstrap == "broker:9092" and settings.llm_json_mode is JsonMode.JSON_SCHEMA
+    assert "secret" not in repr(settings)
+
+
+def test_migrations_are_numbered_uniquely_and_in_order():
+    files = migration_files()
+    versions = [v for v, _ in files]
+    assert versions == sorted(versions) == list(range(1, len(files) + 1))
+    assert all(isinstance(p, Path) and p.suffix == ".sql" for _, p in files)
