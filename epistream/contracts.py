@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
@@ -54,6 +54,41 @@ class Turn(Contract):
     ts: AwareDatetime
     session_id: Identifier | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class SegmentCloseRequest(Contract):
+    """A control record on `memory.turns`: close the open segment if it still ends
+    at `after_turn_id`. The ingest worker emits it when a conversation goes idle;
+    keeping the decision in Kafka makes a replay cut the segments the same way."""
+
+    kind: Literal["segment_close"]
+    tenant: Identifier
+    conversation_id: Identifier
+    after_turn_id: Identifier
+    reason: Literal["idle"] = "idle"
+
+
+class SegmentTurn(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    turn_id: str
+    speaker: str
+    text: str
+    ts: AwareDatetime
+
+
+class Segment(Contract):
+    """`memory.segments`, keyed by conversation id: a closed segment, whole."""
+
+    tenant: str
+    conversation_id: str
+    segment_id: str
+    seq: int
+    close_reason: Literal["budget", "session", "gap", "idle"]
+    overlap_turns: int
+    token_estimate: int
+    turns: list[SegmentTurn]
+    produced_at: AwareDatetime | None = None
 
 
 class Mode(StrEnum):

@@ -23,6 +23,11 @@ class Metrics:
     ingest_batch_seconds: Histogram
     embedding_seconds: Histogram
     produce_to_searchable_seconds: Histogram
+    segments_closed: Counter
+    segments_enriched: Counter
+    enrich_seconds: Histogram
+    produce_to_facts_seconds: Histogram
+    memory_items: Counter
     model_requests: Counter
     model_tokens: Counter
     model_latency_seconds: Histogram
@@ -62,6 +67,35 @@ class Metrics:
                 "epistream_ingest_produce_to_searchable_seconds",
                 "From the Kafka record timestamp to the turn being stored and searchable.",
                 buckets=_FAST,
+                registry=reg,
+            ),
+            segments_closed=Counter(
+                "epistream_segments_closed_total",
+                "Segments closed by the segmenter.",
+                registry=reg,
+            ),
+            segments_enriched=Counter(
+                "epistream_enrich_segments_total",
+                "Segments through enrichment, by outcome (enriched, failed).",
+                ["outcome"],
+                registry=reg,
+            ),
+            enrich_seconds=Histogram(
+                "epistream_enrich_duration_seconds",
+                "Time to enrich and store one segment (model call included).",
+                buckets=_SLOW,
+                registry=reg,
+            ),
+            produce_to_facts_seconds=Histogram(
+                "epistream_enrich_produce_to_facts_seconds",
+                "From the newest Kafka timestamp of a segment's turns to its gists and facts being stored.",
+                buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+                registry=reg,
+            ),
+            memory_items=Counter(
+                "epistream_enrich_items_total",
+                "Gists, facts and entity mentions written by enrichment.",
+                ["kind"],
                 registry=reg,
             ),
             model_requests=Counter(

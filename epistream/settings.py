@@ -71,7 +71,22 @@ class Settings(BaseSettings):
     embedding_batch: int = Field(64, description="Sentences per ONNX batch.")
     embedding_max_tokens: int = Field(256, description="Word pieces kept per sentence.")
 
+    extractor_base_url: str | None = Field(None, description="Endpoint for enrichment. Unset: the LLM endpoint.")
+    extractor_model: str | None = Field(None, description="Model for enrichment. Unset: the LLM model.")
+    extractor_max_tokens: int = Field(1024, description="Completion budget of one enrichment call.")
+
+    # --- segments and enrichment --------------------------------------------
+    segment_max_tokens: int = Field(4096, description="Token budget that closes a segment.")
+    segment_overlap: float = Field(0.10, description="Share of the budget carried into the next segment.")
+    segment_max_gap_s: float = Field(6 * 3600, description="A longer gap between turns closes the segment.")
+    segment_idle_s: float = Field(300.0, description="Close a conversation's open segment after this idle time.")
+    segment_check_every_s: float = Field(5.0, description="How often idle segments and the outbox are checked.")
+    enrich_concurrency: int = Field(1, description="Segments enriched at once per worker.")
+    similar_threshold: float = Field(0.8, description="Cosine similarity above which gists get SIMILAR edges.")
+    entity_merge_threshold: float = Field(0.92, description="Name-embedding similarity that merges two entities.")
+
     # --- workers -------------------------------------------------------------
+    indexer_group: str = Field("epistream-indexer", description="Faust app id (consumer group) of the indexer.")
     ingest_batch: int = Field(128, description="Turns the ingest agent takes at once.")
     ingest_batch_within_s: float = Field(0.2, description="Longest wait to fill a batch.")
     ingest_metrics_port: int = 9101
@@ -80,6 +95,14 @@ class Settings(BaseSettings):
     retrieve_pool: int = Field(50, description="Candidates per pathway before fusion.")
     rrf_k: int = Field(60, description="Reciprocal-rank-fusion constant.")
     answer_context_chars: int = Field(6000, description="Most characters of evidence in one prompt.")
+
+    @property
+    def extractor_url(self) -> str:
+        return self.extractor_base_url or self.llm_base_url
+
+    @property
+    def extractor_model_name(self) -> str:
+        return self.extractor_model or self.llm_model
 
     @property
     def state_dir(self) -> Path:

@@ -1,49 +1,72 @@
-"""The Faust app of the indexer: topics, resources and the ingest agent."""
+"""The Faust app of the indexer: topics, resources, the ingest and enrich agents,
+and the housekeeping timer (idle segments, the segment outbox)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import faust
 from mode import Service
 from psycopg_pool import AsyncConnectionPool
+from pydantic import ValidationError
 
+from epistream.contracts import Segment, SegmentCloseRequest
 from epistream.db import create_pool
 from epistream.embeddings import Embedder
+from epistream.kafka_io import count_dead_letter, dead_letter
+from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
 from epistream.settings import Settings
 
+from . import segments
+from .enrich import STAGE as ENRICH_STAGE
+from .enrich import EnrichDeps, enrich_segment
 from .ingest import ingest_batch
 from .records import RawRecord
 
 log = logging.getLogger(__name__)
 
-APP_ID = "epistream-indexer"
+# A segment left unpublished this long was orphaned by a crash between commit and send.
+OUTBOX_GRACE_S = 30.0
 
 
 class IndexerResources(Service):
-    """The Postgres pool, the embedder and the metrics endpoint, opened before the agents run."""
+    """The Postgres pool, the embedder, the extractor model and the metrics
+    endpoint, opened before the agents run."""
 
     def __init__(self, settings: Settings, metrics: Metrics, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.settings = settings
         self.metrics = metrics
         self.pool: AsyncConnectionPool = create_pool(settings)
+        self._enrich: EnrichDeps | None = None
         self.embedder: Embedder | None = None
 
     async def on_start(self) -> None:
         await self.pool.open(wait=True)
         self.embedder = Embedder.from_settings(self.settings)
+        extractor = ModelClient(
+            create_client(self.settings, base_url=self.settings.extractor_url), role="extractor",
+            model=self.settings.extractor_model_name, json_mode=self.settings.llm_json_mode, metrics=self.metrics,
+            max_retries=self.settings.llm_max_retries,
+        )
+        self._enrich = EnrichDeps(self.settings, self.pool, self.embedder, extractor, self.metrics)
         self.metrics.serve(self.settings.ingest_metrics_port)
         log.info("indexer resources ready; metrics on :%d", self.settings.ingest_metrics_port)
 
     async def on_stop(self) -> None:
         await self.pool.close()
 
+    @property
+    def enrich(self) -> EnrichDeps:
+        assert self._enrich is not None, "resources not started"
+        return self._enrich
+
 
 def create_app(settings: Settings, metrics: Metrics) -> faust.App:
     app = faust.App(
-        APP_ID,
+        settings.indexer_group,
         broker=f"kafka://{settings.kafka_bootstrap}",
         store="memory://",
         web_enabled=False,
@@ -51,24 +74,80 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         topic_allow_declare=False,  # topics are created up front with their partition counts
-        topic_disable_leader=True,
+        topic_disable_leader=True,  # no leader-only timers: housekeeping is idempotent on every worker
+        # Enrichment holds an event for a whole model call.
+        broker_max_poll_interval=900.0,
     )
     resources = IndexerResources(settings, metrics, loop=app.loop)
     app.add_dependency(resources)
+    segmenter = segments.config_from(settings)
 
     turns_topic = app.topic(settings.topic_turns, key_serializer="raw", value_serializer="raw")
+    segments_topic = app.topic(settings.topic_segments, key_serializer="raw", value_serializer="raw")
     dlq_topic = app.topic(settings.topic_dlq, key_serializer="raw", value_serializer="raw")
+
+    async def publish(closed: Sequence[tuple[str, str]]) -> None:
+        """Send closed segments (whole) to memory.segments, then mark them published."""
+        async with resources.pool.connection() as conn:
+            for tenant, sid in closed:
+                segment = await segments.load_segment(conn, tenant, sid)
+                if segment is not None:
+                    await segments_topic.send(key=segment.conversation_id.encode(), value=segment.to_bytes())
+                    await segments.mark_published(conn, tenant, [sid])
+                    await conn.commit()
 
     @app.agent(turns_topic, name="ingest")
     async def ingest(stream):  # type: ignore[no-untyped-def]
         # Raw bytes in: decoding happens in ingest_batch so poison messages are
         # dead-lettered with their reason instead of crashing the stream.
         async for events in stream.take_events(settings.ingest_batch, within=settings.ingest_batch_within_s):
-            records = [_record(event) for event in events]
             assert resources.embedder is not None
-            result = await ingest_batch(records, pool=resources.pool, embedder=resources.embedder, metrics=metrics)
+            result = await ingest_batch(
+                [_record(e) for e in events], pool=resources.pool, embedder=resources.embedder, metrics=metrics,
+                segmenter=segmenter,
+            )
             for letter in result.dead:
                 await dlq_topic.send(key=letter.original_key(), value=letter.to_bytes())
+            if result.closed_segments:
+                await publish(result.closed_segments)
+
+    @app.agent(segments_topic, name="enrich", concurrency=settings.enrich_concurrency)
+    async def enrich(stream):  # type: ignore[no-untyped-def]
+        async for event in stream.events():
+            record = _record(event)
+            try:
+                segment = Segment.from_bytes(record.value)
+            except (ValidationError, ValueError) as exc:
+                await _dead_letter(record, exc)
+                continue
+            outcome = await enrich_segment(segment, resources.enrich)
+            if outcome.error is not None:
+                await _dead_letter(record, outcome.error, attempts=settings.llm_max_retries + 1)
+
+    async def _dead_letter(record: RawRecord, exc: Exception, attempts: int = 1) -> None:
+        letter = dead_letter(
+            topic=record.topic, partition=record.partition, offset=record.offset, key=record.key,
+            value=record.value, stage=ENRICH_STAGE, error=exc, attempts=attempts,
+        )
+        count_dead_letter(metrics, letter)
+        await dlq_topic.send(key=record.key, value=letter.to_bytes())
+
+    @app.timer(interval=settings.segment_check_every_s)
+    async def housekeeping() -> None:
+        if resources.embedder is None:
+            return
+        async with resources.pool.connection() as conn:
+            idle = await segments.idle_conversations(conn, settings.segment_idle_s)
+            orphans = await segments.unpublished(conn, OUTBOX_GRACE_S)
+        # The close decision goes through memory.turns, in order with the turns,
+        # so a replay closes the same segments.
+        for tenant, conversation_id, last_turn_id in idle:
+            request = SegmentCloseRequest(
+                kind="segment_close", tenant=tenant, conversation_id=conversation_id, after_turn_id=last_turn_id
+            )
+            await turns_topic.send(key=conversation_id.encode(), value=request.to_bytes())
+        if orphans:
+            await publish(orphans)
 
     return app
 

@@ -1,4 +1,5 @@
-"""The fast path: validate turns, embed them, store them; dead-letter what is invalid.
+"""The fast path: validate turns, embed them, store them, advance the segmenter;
+dead-letter what is invalid.
 
 A plain async function over a batch of raw records, so tests call it without
 Faust; the agent in :mod:`pipeline.app` only decodes, calls, produces.
@@ -7,6 +8,7 @@ Faust; the agent in :mod:`pipeline.app` only decodes, calls, produces.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
@@ -14,17 +16,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import numpy as np
 import psycopg
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
-from epistream.contracts import DeadLetter, Turn
+from epistream.contracts import DeadLetter, SegmentCloseRequest, Turn
 from epistream.embeddings import Embedder
 from epistream.errors import ContractError
 from epistream.kafka_io import count_dead_letter, dead_letter
 from epistream.metrics import Metrics
 
+from . import segments
 from .records import RawRecord
+from .segmenter import SegmenterConfig
 from .turns_store import upsert_turns
 
 log = logging.getLogger(__name__)
@@ -41,11 +47,18 @@ class IngestResult:
     stored: list[Turn] = field(default_factory=list)
     outcomes: list[str] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
+    closed_segments: list[tuple[str, str]] = field(default_factory=list)
 
 
-def decode_turn(record: RawRecord) -> Turn:
+def decode_record(record: RawRecord) -> Turn | SegmentCloseRequest:
+    """A turn, or a segment-close control record; anything else is a ContractError."""
     try:
-        return Turn.from_bytes(record.value)
+        if record.value is None:
+            raise ValueError("empty message value")
+        data = json.loads(record.value)
+        if isinstance(data, dict) and data.get("kind") == "segment_close":
+            return SegmentCloseRequest.model_validate(data)
+        return Turn.model_validate(data)
     except (ValidationError, ValueError, UnicodeDecodeError) as exc:
         raise ContractError(f"not a valid memory.turns event: {_describe(exc)}") from exc
 
@@ -53,6 +66,8 @@ def decode_turn(record: RawRecord) -> Turn:
 def _describe(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()[:5])
+    if isinstance(exc, json.JSONDecodeError):
+        return f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
     return str(exc)[:500]
 
 
@@ -62,67 +77,96 @@ async def ingest_batch(
     pool: AsyncConnectionPool,
     embedder: Embedder,
     metrics: Metrics,
+    segmenter: SegmenterConfig | None = None,
     max_backoff_s: float = 30.0,
 ) -> IngestResult:
-    """Store every valid turn of the batch; return what was stored and what must be dead-lettered."""
+    """Store every valid turn of the batch and advance the segmenter (when given)."""
     started = time.perf_counter()
     result = IngestResult()
-    valid: list[tuple[Turn, RawRecord]] = []
+    turns: list[tuple[Turn, RawRecord]] = []
+    closes: list[SegmentCloseRequest] = []
     for record in records:
         try:
-            valid.append((decode_turn(record), record))
+            decoded = decode_record(record)
         except ContractError as exc:
             result.dead.append(_letter(record, exc))
-    if valid:
+            continue
+        if isinstance(decoded, SegmentCloseRequest):
+            closes.append(decoded)
+        else:
+            turns.append((decoded, record))
+    vectors = np.zeros((0, 384), dtype=np.float32)
+    if turns:
         embed_started = time.perf_counter()
         # ONNX Runtime releases the GIL: run it off the event loop.
-        vectors = await asyncio.to_thread(embedder.embed, [t.text for t, _ in valid])
+        vectors = await asyncio.to_thread(embedder.embed, [t.text for t, _ in turns])
         metrics.embedding_seconds.observe(time.perf_counter() - embed_started)
-        stored = await _store_with_retry(pool, valid, vectors, result, max_backoff_s)
+    if turns or (closes and segmenter is not None):
+        await _store_with_retry(pool, turns, vectors, closes, segmenter, result, max_backoff_s)
         now = datetime.now(UTC)
-        for _, record in stored:
-            if record.produced_at is not None:
+        stored_ids = {id(t) for t in result.stored}
+        for turn, record in turns:
+            if id(turn) in stored_ids and record.produced_at is not None:
                 metrics.produce_to_searchable_seconds.observe(max(0.0, (now - record.produced_at).total_seconds()))
     for outcome in result.outcomes:
         metrics.turns_ingested.labels(outcome).inc()
     for letter in result.dead:
         count_dead_letter(metrics, letter)
+    if result.closed_segments:
+        metrics.segments_closed.inc(len(result.closed_segments))
     metrics.ingest_batch_seconds.observe(time.perf_counter() - started)
     return result
 
 
-async def _store_with_retry(pool, valid, vectors, result: IngestResult, max_backoff_s: float):  # type: ignore[no-untyped-def]
+async def _store_with_retry(pool, turns, vectors, closes, segmenter, result: IngestResult, max_backoff_s: float):  # type: ignore[no-untyped-def]
     attempt = 0
     while True:
         attempt += 1
+        partial = IngestResult(dead=list(result.dead))
         try:
             async with pool.connection() as conn:
-                try:
-                    outcomes = await upsert_turns(conn, [t for t, _ in valid], vectors, [r for _, r in valid])
-                    result.stored.extend(t for t, _ in valid)
-                    result.outcomes.extend(outcomes)
-                    return valid
-                except _ROW_ERRORS:
-                    return await _store_one_by_one(conn, valid, vectors, result)
+                await _write(conn, turns, vectors, closes, segmenter, partial)
+            result.stored, result.outcomes = partial.stored, partial.outcomes
+            result.dead, result.closed_segments = partial.dead, partial.closed_segments
+            return
         except _TRANSIENT as exc:
             # Never skip: block this partition (backpressure) until PostgreSQL is back.
             delay = min(max_backoff_s, 0.5 * 2 ** min(attempt, 6)) * (0.5 + random.random() / 2)
-            log.warning("storing %d turns failed (%s), retry %d in %.1fs", len(valid), type(exc).__name__, attempt, delay)
+            log.warning("storing %d turns failed (%s), retry %d in %.1fs", len(turns), type(exc).__name__, attempt, delay)
             await asyncio.sleep(delay)
 
 
-async def _store_one_by_one(conn, valid, vectors, result: IngestResult):  # type: ignore[no-untyped-def]
-    stored = []
-    for (turn, record), vector in zip(valid, vectors, strict=True):
+async def _write(conn: AsyncConnection, turns, vectors, closes, segmenter, result: IngestResult) -> None:  # type: ignore[no-untyped-def]
+    """One transaction: the turns, then the segmenter over the newly inserted ones."""
+    async with conn.transaction():
         try:
-            outcomes = await upsert_turns(conn, [turn], vector[None, :], [record])
+            async with conn.transaction():  # a savepoint: a bad row must not void the batch
+                outcomes = await upsert_turns(conn, [t for t, _ in turns], vectors, [r for _, r in turns])
+            result.stored.extend(t for t, _ in turns)
+            result.outcomes.extend(outcomes)
+        except _ROW_ERRORS:
+            await _write_one_by_one(conn, turns, vectors, result)
+        if segmenter is None:
+            return
+        inserted = [t for t, o in zip(result.stored, result.outcomes, strict=True) if o == "inserted"]
+        result.closed_segments.extend(await segments.advance(conn, inserted, segmenter))
+        for request in closes:
+            result.closed_segments.extend(
+                await segments.close_if_idle(conn, request.tenant, request.conversation_id, request.after_turn_id,
+                                             segmenter)
+            )
+
+
+async def _write_one_by_one(conn: AsyncConnection, turns, vectors, result: IngestResult) -> None:  # type: ignore[no-untyped-def]
+    for (turn, record), vector in zip(turns, vectors, strict=True):
+        try:
+            async with conn.transaction():
+                outcomes = await upsert_turns(conn, [turn], vector[None, :], [record])
         except _ROW_ERRORS as exc:
             result.dead.append(_letter(record, exc))
             continue
         result.stored.append(turn)
         result.outcomes.extend(outcomes)
-        stored.append((turn, record))
-    return stored
 
 
 def _letter(record: RawRecord, exc: Exception) -> DeadLetter:

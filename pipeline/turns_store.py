@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
 
 import numpy as np
 from psycopg import AsyncConnection
@@ -16,24 +17,31 @@ from .records import RawRecord
 # no-op; a corrected turn replaces the old version.
 UPSERT_TURN = """
 INSERT INTO memory.turns AS t (
-    tenant, conversation_id, turn_id, speaker, text, ts, session_id, metadata,
+    tenant, conversation_id, turn_id, speaker, text, ts, tz_offset_s, session_id, metadata,
     embedding, kafka_partition, kafka_offset, produced_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (tenant, conversation_id, turn_id) DO UPDATE SET
-    speaker = EXCLUDED.speaker, text = EXCLUDED.text, ts = EXCLUDED.ts,
+    speaker = EXCLUDED.speaker, text = EXCLUDED.text, ts = EXCLUDED.ts, tz_offset_s = EXCLUDED.tz_offset_s,
     session_id = EXCLUDED.session_id, metadata = EXCLUDED.metadata,
     embedding = EXCLUDED.embedding, kafka_partition = EXCLUDED.kafka_partition,
     kafka_offset = EXCLUDED.kafka_offset, produced_at = EXCLUDED.produced_at,
     stored_at = now()
-WHERE (t.speaker, t.text, t.ts, t.session_id, t.metadata)
-      IS DISTINCT FROM (EXCLUDED.speaker, EXCLUDED.text, EXCLUDED.ts, EXCLUDED.session_id, EXCLUDED.metadata)
+WHERE (t.speaker, t.text, t.ts, t.tz_offset_s, t.session_id, t.metadata)
+      IS DISTINCT FROM (EXCLUDED.speaker, EXCLUDED.text, EXCLUDED.ts, EXCLUDED.tz_offset_s, EXCLUDED.session_id,
+                        EXCLUDED.metadata)
 RETURNING (xmax = 0) AS inserted
 """
+
+
+def local_time(ts: datetime, tz_offset_s: int) -> datetime:
+    """A stored instant back in the speaker's own UTC offset."""
+    return ts.astimezone(timezone(timedelta(seconds=tz_offset_s)))
 
 
 def _params(turn: Turn, vector: np.ndarray, record: RawRecord) -> tuple:
     return (
         turn.tenant, turn.conversation_id, turn.turn_id, turn.speaker, turn.text, turn.ts,
+        int(turn.ts.utcoffset().total_seconds()),  # type: ignore[union-attr]  # aware by contract
         turn.session_id, Jsonb(turn.metadata), vector, record.partition, record.offset, record.produced_at,
     )
 
@@ -43,6 +51,8 @@ async def upsert_turns(
 ) -> list[str]:
     """Write turns in one transaction; return each one's outcome: inserted, updated or unchanged."""
     outcomes: list[str] = []
+    if not turns:
+        return outcomes
     async with conn.transaction(), conn.cursor() as cur:
         await cur.executemany(
             UPSERT_TURN,

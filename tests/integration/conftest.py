@@ -27,6 +27,11 @@ TEST_ENV = {
     "EPISTREAM_INGEST_METRICS_PORT": "29101",
     "EPISTREAM_ANSWER_METRICS_PORT": "29102",
     "EPISTREAM_KAFKA_HEAP": "512m",
+    # Small segments that close quickly, so the slow path runs within a test.
+    "EPISTREAM_SEGMENT_MAX_TOKENS": "400",
+    "EPISTREAM_SEGMENT_IDLE_S": "3",
+    "EPISTREAM_SEGMENT_CHECK_EVERY_S": "1",
+    "EPISTREAM_EXTRACTOR_MAX_TOKENS": "700",
 }
 for _name, _value in TEST_ENV.items():
     os.environ.setdefault(_name, _value)

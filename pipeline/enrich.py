@@ -1,0 +1,243 @@
+"""Enrichment: one structured model call per closed segment, then deterministic
+repair of what the model returned (dates, speakers, ids) before it is stored.
+
+`postprocess` is pure and is what the unit tests exercise; `enrich_segment`
+adds the model call, the embeddings and the store, and decides what is
+dead-lettered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+
+from psycopg_pool import AsyncConnectionPool
+
+from epistream.contracts import Segment, SegmentTurn
+from epistream.embeddings import Embedder
+from epistream.errors import ModelOutputError, ModelUnavailable
+from epistream.llm import ModelClient
+from epistream.metrics import Metrics
+from epistream.settings import Settings
+
+from . import memory_store
+from .dates import RELATIVE_PATTERN, ResolvedDate, gist_sentence, leading_date, resolve
+from .entities import normalize_name, normalize_predicate, resolve_speaker
+from .prompts import ENRICH_PROMPT_VERSION, EnrichmentOut, FactOut, GistOut, load_prompt
+
+log = logging.getLogger(__name__)
+
+STAGE = "enrich"
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class GistRow:
+    gist_id: str
+    ordinal: int
+    text: str
+    event_date: date
+    precision: str
+    turn_ids: tuple[str, ...]
+    said_at: datetime
+
+
+@dataclass(frozen=True)
+class FactRow:
+    fact_id: str
+    ordinal: int
+    subject: str
+    predicate: str
+    object: str
+    point_in_time: date | None
+    start_time: date | None
+    end_time: date | None
+    turn_ids: tuple[str, ...]
+    said_at: datetime
+
+
+@dataclass(frozen=True)
+class Enrichment:
+    summary: str
+    gists: list[GistRow]
+    facts: list[FactRow]
+    #: normalised name -> surface form, for every entity this segment mentions
+    entities: dict[str, str]
+    #: gist id -> normalised names of the entities it mentions
+    mentions: dict[str, list[str]]
+
+
+def build_messages(segment: Segment) -> list[dict[str, str]]:
+    lines = [
+        f"[{t.ts:%Y-%m-%d %H:%M} ({t.ts:%A})] ({t.turn_id}) {t.speaker}: {t.text}" for t in segment.turns
+    ]
+    user = "<segment>\n" + "\n".join(lines) + "\n</segment>"
+    return [{"role": "system", "content": load_prompt(ENRICH_PROMPT_VERSION)}, {"role": "user", "content": user}]
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text) if len(w) > 2}
+
+
+def source_turns(ids: list[str], text: str, turns: list[SegmentTurn]) -> list[SegmentTurn]:
+    """The turns a gist or fact cites; when it cites none that exist, the turn
+    sharing most words with it (the model's ids are often wrong, its text less so)."""
+    by_id = {t.turn_id: t for t in turns}
+    cited = [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
+    if cited:
+        return cited
+    words = _words(text)
+    return [max(turns, key=lambda t: (len(words & _words(t.text)), -turns.index(t)))]
+
+
+def event_date(model_date: str | None, text: str, sources: list[SegmentTurn]) -> ResolvedDate:
+    """When the event happened, checked against the source turns.
+
+    A relative expression in the source turn ("three weeks ago"), resolved
+    against that turn's time, beats a model date that disagrees with it; then
+    the model's date; then a date the gist text starts with; then the day the
+    turn was said."""
+    anchor = sources[0].ts
+    from_source = [
+        r for t in sources for m in RELATIVE_PATTERN.finditer(t.text) if (r := resolve(m.group(0), t.ts)) is not None
+    ]
+    proposed = resolve(model_date, anchor)
+    if from_source and (proposed is None or proposed.value not in {r.value for r in from_source}):
+        return from_source[0]
+    if proposed is not None:
+        return proposed
+    leading, _ = leading_date(text)
+    if leading is not None:
+        return ResolvedDate(leading, "day")
+    return ResolvedDate(anchor.date(), "day")
+
+
+def _qualifier(value: str | None, anchor: datetime) -> date | None:
+    resolved = resolve(value, anchor)
+    return None if resolved is None else resolved.value
+
+
+def _gists(segment: Segment, raw: list[GistOut]) -> list[GistRow]:
+    rows: list[GistRow] = []
+    seen: set[str] = set()
+    for gist in raw:
+        sources = source_turns(gist.turn_ids, gist.text, segment.turns)
+        when = event_date(gist.date, gist.text, sources)
+        try:
+            text = gist_sentence(gist.text, when, sources[0].ts)
+        except ValueError:
+            continue  # nothing but a date: not an event
+        key = normalize_name(text)
+        if not key or key in seen:
+            continue
+        seen.add(key)
+        ordinal = len(rows)
+        rows.append(GistRow(
+            gist_id=f"{segment.segment_id}/g{ordinal:02d}", ordinal=ordinal, text=text, event_date=when.value,
+            precision=when.precision, turn_ids=tuple(t.turn_id for t in sources), said_at=sources[0].ts,
+        ))
+    return rows
+
+
+def _facts(segment: Segment, raw: list[FactOut]) -> list[FactRow]:
+    rows: list[FactRow] = []
+    seen: set[tuple] = set()
+    for fact in raw:
+        sources = source_turns(fact.turn_ids, f"{fact.subject} {fact.predicate} {fact.object}", segment.turns)
+        anchor, speaker = sources[0].ts, sources[0].speaker
+        subject = resolve_speaker(fact.subject, speaker)
+        obj = resolve_speaker(fact.object, speaker)
+        predicate = normalize_predicate(fact.predicate)
+        if not (normalize_name(subject) and normalize_name(obj) and predicate):
+            continue
+        qualifiers = tuple(_qualifier(v, anchor) for v in (fact.point_in_time, fact.start_time, fact.end_time))
+        key = (normalize_name(subject), predicate, normalize_name(obj), qualifiers)
+        if key in seen:
+            continue
+        seen.add(key)
+        ordinal = len(rows)
+        rows.append(FactRow(
+            fact_id=f"{segment.segment_id}/f{ordinal:02d}", ordinal=ordinal, subject=subject, predicate=predicate,
+            object=obj, point_in_time=qualifiers[0], start_time=qualifiers[1], end_time=qualifiers[2],
+            turn_ids=tuple(t.turn_id for t in sources), said_at=anchor,
+        ))
+    return rows
+
+
+def _mentions(gists: list[GistRow], facts: list[FactRow], entities: dict[str, str]) -> dict[str, list[str]]:
+    """A gist mentions an entity named in its text, or one of a fact drawn from the same turn."""
+    mentions: dict[str, list[str]] = {}
+    for gist in gists:
+        padded = f" {normalize_name(gist.text)} "
+        names = [n for n in entities if f" {n} " in padded]
+        for fact in facts:
+            if set(fact.turn_ids) & set(gist.turn_ids):
+                names += [normalize_name(fact.subject), normalize_name(fact.object)]
+        mentions[gist.gist_id] = sorted(dict.fromkeys(n for n in names if n in entities))
+    return mentions
+
+
+def postprocess(segment: Segment, out: EnrichmentOut) -> Enrichment:
+    gists = _gists(segment, out.gists)
+    facts = _facts(segment, out.facts)
+    entities: dict[str, str] = {}
+    for name in [t.speaker for t in segment.turns] + [n for f in facts for n in (f.subject, f.object)]:
+        entities.setdefault(normalize_name(name), name.strip())
+    entities.pop("", None)
+    return Enrichment(
+        summary=" ".join(out.summary.split()), gists=gists, facts=facts, entities=entities,
+        mentions=_mentions(gists, facts, entities),
+    )
+
+
+@dataclass(frozen=True)
+class EnrichDeps:
+    settings: Settings
+    pool: AsyncConnectionPool
+    embedder: Embedder
+    extractor: ModelClient
+    metrics: Metrics
+
+
+@dataclass(frozen=True)
+class EnrichOutcome:
+    segment_id: str
+    enriched: bool
+    error: Exception | None = None
+    counts: memory_store.StoreCounts | None = None
+
+
+async def enrich_segment(segment: Segment, deps: EnrichDeps) -> EnrichOutcome:
+    """Enrich and store one segment. A model that keeps failing or keeps
+    returning invalid output marks the segment failed (its turns stay searchable)
+    and returns the error for the caller to dead-letter."""
+    started = time.perf_counter()
+    try:
+        reply = await deps.extractor.complete_json(
+            build_messages(segment), EnrichmentOut, max_tokens=deps.settings.extractor_max_tokens
+        )
+    except (ModelOutputError, ModelUnavailable) as exc:
+        async with deps.pool.connection() as conn:
+            await memory_store.mark_failed(conn, segment, exc)
+        deps.metrics.segments_enriched.labels("failed").inc()
+        log.warning("enrichment of %s failed: %s", segment.segment_id, type(exc).__name__)
+        return EnrichOutcome(segment.segment_id, False, exc)
+    enrichment = postprocess(segment, reply.value)
+    texts = [enrichment.summary, *(g.text for g in enrichment.gists), *enrichment.entities.values()]
+    vectors = await asyncio.to_thread(deps.embedder.embed, texts)
+    async with deps.pool.connection() as conn:
+        counts = await memory_store.store_enrichment(
+            conn, segment, enrichment, vectors, settings=deps.settings, prompt_version=ENRICH_PROMPT_VERSION
+        )
+    metrics = deps.metrics
+    metrics.segments_enriched.labels("enriched").inc()
+    metrics.enrich_seconds.observe(time.perf_counter() - started)
+    for kind, n in (("gist", counts.gists), ("fact", counts.facts), ("mention", counts.mentions)):
+        metrics.memory_items.labels(kind).inc(n)
+    if segment.produced_at is not None:
+        metrics.produce_to_facts_seconds.observe(max(0.0, (datetime.now(UTC) - segment.produced_at).total_seconds()))
+    return EnrichOutcome(segment.segment_id, True, counts=counts)

@@ -1,0 +1,165 @@
+"""Writes one segment's enrichment: summary, entities, gists, mentions, facts,
+and their AGE mirror, in one transaction. Re-enriching a segment replaces what
+that segment produced before, so a replay yields the same rows, never more."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from psycopg import AsyncConnection
+
+from epistream.contracts import Segment
+from epistream.settings import Settings
+
+from . import graph_store
+from .entities import entity_id, normalize_name
+
+if TYPE_CHECKING:  # enrich imports this module to store its results
+    from .enrich import Enrichment
+
+DELETE_FACTS = "DELETE FROM memory.facts WHERE tenant = %s AND segment_id = %s"
+DELETE_GISTS = "DELETE FROM memory.gists WHERE tenant = %s AND segment_id = %s"
+ENTITY_BY_NAME = "SELECT entity_id FROM memory.entities WHERE tenant = %s AND normalized_name = %s"
+NEAREST_ENTITY = """
+SELECT entity_id, 1 - (embedding <=> %s) AS similarity FROM memory.entities
+WHERE tenant = %s ORDER BY embedding <=> %s LIMIT 1
+"""
+ADD_ALIAS = """
+UPDATE memory.entities SET aliases = array_append(aliases, %s)
+WHERE tenant = %s AND entity_id = %s AND NOT (%s = ANY(aliases))
+"""
+INSERT_ENTITY = """
+INSERT INTO memory.entities (tenant, entity_id, name, normalized_name, embedding, first_seen)
+VALUES (%s, %s, %s, %s, %s, %s)
+ON CONFLICT (tenant, normalized_name) DO NOTHING
+"""
+INSERT_GIST = """
+INSERT INTO memory.gists (tenant, gist_id, conversation_id, segment_id, ordinal, text, event_date, date_precision,
+                          turn_ids, said_at, embedding)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+"""
+SIMILAR_GISTS = """
+SELECT gist_id, 1 - (embedding <=> %s) AS similarity FROM memory.gists
+WHERE tenant = %s AND gist_id <> %s
+ORDER BY embedding <=> %s LIMIT %s
+"""
+INSERT_MENTION = "INSERT INTO memory.gist_mentions (tenant, gist_id, entity_id) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
+INSERT_FACT = """
+INSERT INTO memory.facts (tenant, fact_id, conversation_id, segment_id, ordinal, subject_id, predicate, object_id,
+                          point_in_time, start_time, end_time, turn_ids, said_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+"""
+MARK_ENRICHED = """
+UPDATE memory.segments SET summary = %s, summary_embedding = %s, status = 'enriched', enriched_at = now(),
+       attempts = attempts + 1, error = NULL, prompt_version = %s
+WHERE tenant = %s AND segment_id = %s
+"""
+MARK_FAILED = """
+UPDATE memory.segments SET status = 'failed', attempts = attempts + 1, error = %s
+WHERE tenant = %s AND segment_id = %s AND status <> 'enriched'
+"""
+SIMILAR_CANDIDATES = 10
+
+
+@dataclass(frozen=True)
+class StoreCounts:
+    gists: int
+    facts: int
+    entities: int
+    mentions: int
+    similar_edges: int
+
+
+async def _entity(conn: AsyncConnection, segment: Segment, normalized: str, surface: str, vector: np.ndarray,
+                  merge_threshold: float) -> str:
+    """The entity for a name: the same normalised name, else a near-identical
+    name (kept as an alias), else a new entity."""
+    tenant = segment.tenant
+    cur = await conn.execute(ENTITY_BY_NAME, (tenant, normalized))
+    row = await cur.fetchone()
+    if row is None:
+        cur = await conn.execute(NEAREST_ENTITY, (vector, tenant, vector))
+        nearest = await cur.fetchone()
+        if nearest is not None and nearest[1] >= merge_threshold:
+            await conn.execute(ADD_ALIAS, (surface, tenant, nearest[0], surface))
+            return str(nearest[0])
+        new_id = entity_id(tenant, normalized)
+        await conn.execute(INSERT_ENTITY, (tenant, new_id, surface, normalized, vector, segment.turns[0].ts))
+        cur = await conn.execute(ENTITY_BY_NAME, (tenant, normalized))
+        row = await cur.fetchone()
+        assert row is not None
+    ident = str(row[0])
+    await graph_store.run(conn, graph_store.MERGE_ENTITY, {"tenant": tenant, "entity_id": ident, "name": surface})
+    return ident
+
+
+async def store_enrichment(
+    conn: AsyncConnection, segment: Segment, enrichment: Enrichment, vectors: np.ndarray, *,
+    settings: Settings, prompt_version: str,
+) -> StoreCounts:
+    """`vectors` rows: the summary, then each gist, then each entity (in `enrichment.entities` order)."""
+    tenant, sid = segment.tenant, segment.segment_id
+    summary_vector = vectors[0]
+    gist_vectors = vectors[1 : 1 + len(enrichment.gists)]
+    entity_vectors = dict(zip(enrichment.entities, vectors[1 + len(enrichment.gists):], strict=True))
+    similar = mentions = 0
+    async with conn.transaction():
+        await graph_store.delete_segment(conn, tenant, sid)
+        await conn.execute(DELETE_FACTS, (tenant, sid))
+        await conn.execute(DELETE_GISTS, (tenant, sid))
+        ids = {
+            name: await _entity(conn, segment, name, surface, entity_vectors[name], settings.entity_merge_threshold)
+            for name, surface in enrichment.entities.items()
+        }
+        for gist, vector in zip(enrichment.gists, gist_vectors, strict=True):
+            await conn.execute(INSERT_GIST, (
+                tenant, gist.gist_id, segment.conversation_id, sid, gist.ordinal, gist.text, gist.event_date,
+                gist.precision, list(gist.turn_ids), gist.said_at, vector,
+            ))
+            await graph_store.run(conn, graph_store.CREATE_GIST, {
+                "tenant": tenant, "gist_id": gist.gist_id, "segment_id": sid,
+                "conversation_id": segment.conversation_id, "text": gist.text,
+                "event_date": gist.event_date.isoformat(), "said_at": gist.said_at.isoformat(),
+            })
+            for name in enrichment.mentions.get(gist.gist_id, []):
+                await conn.execute(INSERT_MENTION, (tenant, gist.gist_id, ids[name]))
+                await graph_store.run(conn, graph_store.CREATE_MENTION, {
+                    "tenant": tenant, "gist_id": gist.gist_id, "entity_id": ids[name], "segment_id": sid,
+                })
+                mentions += 1
+            # Neighbours through the HNSW index: gists stored before this one, never all pairs.
+            cur = await conn.execute(SIMILAR_GISTS, (vector, tenant, gist.gist_id, vector, SIMILAR_CANDIDATES))
+            for other_id, similarity in await cur.fetchall():
+                if similarity <= settings.similar_threshold:
+                    break
+                await graph_store.run(conn, graph_store.CREATE_SIMILAR, {
+                    "tenant": tenant, "gist_id": gist.gist_id, "other_id": other_id,
+                    "similarity": round(float(similarity), 4), "segment_id": sid,
+                })
+                similar += 1
+        for fact in enrichment.facts:
+            subject_id, object_id = ids[normalize_name(fact.subject)], ids[normalize_name(fact.object)]
+            await conn.execute(INSERT_FACT, (
+                tenant, fact.fact_id, segment.conversation_id, sid, fact.ordinal, subject_id, fact.predicate,
+                object_id, fact.point_in_time, fact.start_time, fact.end_time, list(fact.turn_ids), fact.said_at,
+            ))
+            await graph_store.run(conn, graph_store.CREATE_FACT, {
+                "tenant": tenant, "fact_id": fact.fact_id, "segment_id": sid, "subject_id": subject_id,
+                "object_id": object_id, "predicate": fact.predicate,
+                "point_in_time": _iso(fact.point_in_time), "start_time": _iso(fact.start_time),
+                "end_time": _iso(fact.end_time), "said_at": fact.said_at.isoformat(),
+            })
+        await conn.execute(MARK_ENRICHED, (enrichment.summary, summary_vector, prompt_version, tenant, sid))
+    return StoreCounts(len(enrichment.gists), len(enrichment.facts), len(ids), mentions, similar)
+
+
+def _iso(value) -> str | None:  # type: ignore[no-untyped-def]
+    return None if value is None else value.isoformat()
+
+
+async def mark_failed(conn: AsyncConnection, segment: Segment, error: Exception) -> None:
+    async with conn.transaction():
+        await conn.execute(MARK_FAILED, (f"{type(error).__name__}: {str(error)[:500]}", segment.tenant,
+                                         segment.segment_id))

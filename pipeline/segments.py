@@ -1,0 +1,204 @@
+"""Segmenter state and closed segments in PostgreSQL, advanced in the same
+transaction that stores the turns, so state and turns can never disagree.
+
+Closed segments wait in ``memory.segments`` with ``published_at IS NULL``
+(an outbox) until they are sent to the `memory.segments` topic."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+
+from epistream.contracts import Segment, SegmentTurn, Turn
+from epistream.settings import Settings
+
+from .segmenter import ClosedSegment, OpenTurn, SegmenterConfig, SegmenterState, Step, close, estimate_tokens, feed
+from .turns_store import local_time
+
+LOCK_STATE = """
+INSERT INTO memory.segmenter_state (tenant, conversation_id) VALUES (%s, %s)
+ON CONFLICT (tenant, conversation_id) DO NOTHING
+"""
+SELECT_STATE = """
+SELECT next_seq, open_turn_ids, open_tokens, carried, last_ts, last_session_id
+FROM memory.segmenter_state WHERE tenant = %s AND conversation_id = %s FOR UPDATE
+"""
+SAVE_STATE = """
+UPDATE memory.segmenter_state
+SET next_seq = %s, open_turn_ids = %s, open_tokens = %s, carried = %s, last_ts = %s,
+    last_session_id = %s, updated_at = now()
+WHERE tenant = %s AND conversation_id = %s
+"""
+SEGMENT_TURNS = """
+SELECT turn_id, speaker, text, ts, produced_at, tz_offset_s FROM memory.turns
+WHERE tenant = %s AND conversation_id = %s AND turn_id = ANY(%s)
+"""
+INSERT_SEGMENT = """
+INSERT INTO memory.segments (tenant, conversation_id, segment_id, seq, turn_ids, overlap_turns, start_ts, end_ts,
+                             raw_text, token_estimate, close_reason, produced_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (tenant, segment_id) DO NOTHING
+"""
+IDLE_CONVERSATIONS = """
+SELECT tenant, conversation_id, open_turn_ids[cardinality(open_turn_ids)] AS last_turn_id
+FROM memory.segmenter_state
+WHERE cardinality(open_turn_ids) > carried AND updated_at < now() - %s::interval
+ORDER BY updated_at LIMIT %s
+"""
+UNPUBLISHED = """
+SELECT tenant, segment_id FROM memory.segments
+WHERE published_at IS NULL AND closed_at < now() - %s::interval
+ORDER BY closed_at LIMIT %s
+"""
+SEGMENT_BY_ID = """
+SELECT tenant, conversation_id, segment_id, seq, close_reason, overlap_turns, token_estimate, turn_ids, produced_at
+FROM memory.segments WHERE tenant = %s AND segment_id = %s
+"""
+MARK_PUBLISHED = "UPDATE memory.segments SET published_at = now() WHERE tenant = %s AND segment_id = ANY(%s)"
+
+
+def segment_id(conversation_id: str, seq: int) -> str:
+    return f"{conversation_id}#{seq:04d}"
+
+
+def config_from(settings: Settings) -> SegmenterConfig:
+    return SegmenterConfig(
+        max_tokens=settings.segment_max_tokens,
+        overlap_share=settings.segment_overlap,
+        max_gap=timedelta(seconds=settings.segment_max_gap_s),
+    )
+
+
+def turn_line(speaker: str, text: str, ts: datetime) -> str:
+    """How a turn reads inside a segment: its time and speaker travel with it."""
+    return f"[{ts:%Y-%m-%d %H:%M %z}] {speaker}: {text}"
+
+
+@dataclass(frozen=True)
+class _Key:
+    tenant: str
+    conversation_id: str
+
+
+async def _load(conn: AsyncConnection, key: _Key) -> SegmenterState:
+    await conn.execute(LOCK_STATE, (key.tenant, key.conversation_id))
+    cur = await conn.execute(SELECT_STATE, (key.tenant, key.conversation_id))
+    row = await cur.fetchone()
+    assert row is not None
+    next_seq, turn_ids, tokens, carried, last_ts, last_session = row
+    return SegmenterState(
+        next_seq=next_seq,
+        open=tuple(OpenTurn(t, n) for t, n in zip(turn_ids, tokens, strict=True)),
+        carried=carried,
+        last_ts=last_ts,
+        last_session_id=last_session,
+    )
+
+
+async def _save(conn: AsyncConnection, key: _Key, state: SegmenterState) -> None:
+    await conn.execute(
+        SAVE_STATE,
+        (
+            state.next_seq, [t.turn_id for t in state.open], [t.tokens for t in state.open], state.carried,
+            state.last_ts, state.last_session_id, key.tenant, key.conversation_id,
+        ),
+    )
+
+
+async def _store_closed(conn: AsyncConnection, key: _Key, closed: Sequence[ClosedSegment]) -> list[str]:
+    ids = []
+    for segment in closed:
+        cur = await conn.execute(SEGMENT_TURNS, (key.tenant, key.conversation_id, list(segment.turn_ids)))
+        rows = {r[0]: (*r[:3], local_time(r[3], r[5]), r[4]) for r in await cur.fetchall()}
+        ordered = [rows[t] for t in segment.turn_ids if t in rows]
+        if not ordered:
+            continue
+        produced = [r[4] for r in ordered if r[4] is not None]
+        sid = segment_id(key.conversation_id, segment.seq)
+        await conn.execute(
+            INSERT_SEGMENT,
+            (
+                key.tenant, key.conversation_id, sid, segment.seq, [r[0] for r in ordered], segment.overlap_turns,
+                min(r[3] for r in ordered), max(r[3] for r in ordered),
+                "\n".join(turn_line(r[1], r[2], r[3]) for r in ordered), segment.token_estimate, segment.reason,
+                max(produced) if produced else None,
+            ),
+        )
+        ids.append(sid)
+    return ids
+
+
+async def advance(conn: AsyncConnection, new_turns: Sequence[Turn], config: SegmenterConfig) -> list[tuple[str, str]]:
+    """Feed newly inserted turns (in arrival order) to their conversations' segmenters.
+
+    Returns (tenant, segment_id) of every segment this closed. Call inside the
+    transaction that inserted the turns."""
+    by_conversation: dict[_Key, list[Turn]] = {}
+    for turn in new_turns:
+        by_conversation.setdefault(_Key(turn.tenant, turn.conversation_id), []).append(turn)
+    closed_ids: list[tuple[str, str]] = []
+    # A fixed lock order keeps two workers from deadlocking on the same conversations.
+    for key in sorted(by_conversation, key=lambda k: (k.tenant, k.conversation_id)):
+        state = await _load(conn, key)
+        closed: list[ClosedSegment] = []
+        for turn in by_conversation[key]:
+            step = feed(
+                state, turn_id=turn.turn_id, tokens=estimate_tokens(turn_line(turn.speaker, turn.text, turn.ts)),
+                ts=turn.ts, session_id=turn.session_id, config=config,
+            )
+            state = step.state
+            closed.extend(step.closed)
+        await _save(conn, key, state)
+        closed_ids.extend((key.tenant, sid) for sid in await _store_closed(conn, key, closed))
+    return closed_ids
+
+
+async def close_if_idle(
+    conn: AsyncConnection, tenant: str, conversation_id: str, after_turn_id: str, config: SegmenterConfig
+) -> list[tuple[str, str]]:
+    """Apply a close request: only if the open segment still ends at `after_turn_id`
+    (a turn that arrived since makes the request stale, and duplicates are no-ops)."""
+    key = _Key(tenant, conversation_id)
+    state = await _load(conn, key)
+    if not state.open or state.open[-1].turn_id != after_turn_id:
+        return []
+    step: Step = close(state, "idle", config)
+    await _save(conn, key, step.state)
+    return [(tenant, sid) for sid in await _store_closed(conn, key, step.closed)]
+
+
+async def idle_conversations(conn: AsyncConnection, idle_s: float, limit: int = 100) -> list[tuple[str, str, str]]:
+    cur = await conn.execute(IDLE_CONVERSATIONS, (timedelta(seconds=idle_s), limit))
+    return [tuple(r) for r in await cur.fetchall()]  # type: ignore[misc]
+
+
+async def load_segment(conn: AsyncConnection, tenant: str, sid: str) -> Segment | None:
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(SEGMENT_BY_ID, (tenant, sid))
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    turns_cur = await conn.execute(SEGMENT_TURNS, (tenant, row["conversation_id"], row["turn_ids"]))
+    by_id = {r[0]: r for r in await turns_cur.fetchall()}
+    turns = [
+        SegmentTurn(turn_id=t, speaker=by_id[t][1], text=by_id[t][2], ts=local_time(by_id[t][3], by_id[t][5]))
+        for t in row["turn_ids"] if t in by_id
+    ]
+    return Segment(
+        tenant=row["tenant"], conversation_id=row["conversation_id"], segment_id=row["segment_id"], seq=row["seq"],
+        close_reason=row["close_reason"], overlap_turns=row["overlap_turns"], token_estimate=row["token_estimate"],
+        turns=turns, produced_at=row["produced_at"],
+    )
+
+
+async def unpublished(conn: AsyncConnection, older_than_s: float, limit: int = 100) -> list[tuple[str, str]]:
+    cur = await conn.execute(UNPUBLISHED, (timedelta(seconds=older_than_s), limit))
+    return [tuple(r) for r in await cur.fetchall()]  # type: ignore[misc]
+
+
+async def mark_published(conn: AsyncConnection, tenant: str, segment_ids: list[str]) -> None:
+    await conn.execute(MARK_PUBLISHED, (tenant, segment_ids))
