@@ -1,0 +1,221 @@
+"""Enrichment on real PostgreSQL (with AGE) and OpenAI-compatible servers: a
+scripted one for exact output, and the real local model for schema validity."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, date, datetime, timedelta, timezone
+
+import psycopg
+import pytest
+
+from epistream.contracts import Segment, SegmentTurn
+from epistream.db import create_pool
+from epistream.embeddings import Embedder
+from epistream.errors import ModelOutputError
+from epistream.llm import ModelClient, create_client
+from epistream.metrics import Metrics
+from pipeline.enrich import EnrichDeps, enrich_segment
+from pipeline.graph_store import _statement
+from pipeline.ingest import ingest_batch
+from pipeline.records import RawRecord
+from pipeline.segmenter import SegmenterConfig
+from tests.support.scripted_llm import ScriptedLLM
+
+from .helpers import make_turns
+
+pytestmark = pytest.mark.integration
+
+TZ = timezone(timedelta(hours=1))
+DIALOGUE = [
+    ("Alice", "I moved to Lisbon last Wednesday, the flat is tiny but bright."),
+    ("Bob", "Congratulations! Weren't you in Porto for years?"),
+    ("Alice", "Yes, I lived in Porto from 2019 until this month."),
+    ("Bob", "I adopted a dog two weeks ago, his name is Rex."),
+    ("Alice", "I adopted a cat three weeks ago, her name is Miso."),
+]
+KNOWN_OUTPUT = {
+    "summary": "Alice moved from Porto to Lisbon; Bob adopted Rex and Alice adopted Miso.",
+    "gists": [
+        {"text": "Alice moved to Lisbon.", "date": "last Wednesday", "turn_ids": ["t001"]},
+        {"text": "Bob adopted a dog named Rex.", "date": "2024-03-04", "turn_ids": ["t004"]},
+        {"text": "Alice adopted a cat named Miso.", "date": "2024-02-26", "turn_ids": ["t005"]},
+        # A near-paraphrase of the second gist, as models write: it must get a SIMILAR edge.
+        {"text": "Bob adopted a puppy called Rex.", "date": "two weeks ago", "turn_ids": ["t004"]},
+    ],
+    "facts": [
+        {"subject": "Alice", "predicate": "lives in", "object": "Porto", "start_time": "2019",
+         "end_time": "2024-03", "turn_ids": ["t003"]},
+        {"subject": "I", "predicate": "lives_in", "object": "Lisbon", "start_time": "last Wednesday",
+         "turn_ids": ["t001"]},
+        {"subject": "Bob", "predicate": "adopted", "object": "Rex", "point_in_time": "two weeks ago",
+         "turn_ids": ["t004"]},
+        {"subject": "Alice", "predicate": "adopted", "object": "Miso", "point_in_time": "2024-02-26",
+         "turn_ids": ["t005"]},
+    ],
+}
+
+
+def _segment(tenant: str, conversation: str) -> Segment:
+    turns = make_turns(tenant, conversation, DIALOGUE, start=datetime(2024, 3, 18, 20, 0, tzinfo=TZ))
+    return Segment(
+        tenant=tenant, conversation_id=conversation, segment_id=f"{conversation}#0000", seq=0,
+        close_reason="session", overlap_turns=0, token_estimate=100,
+        turns=[SegmentTurn(turn_id=t.turn_id, speaker=t.speaker, text=t.text, ts=t.ts) for t in turns],
+        produced_at=datetime.now(UTC),
+    ), turns
+
+
+def _run(settings, base_url: str, segment: Segment, turns, *, retries: int = 2):
+    """Store the segment's turns and segment row (as the ingest worker does), then enrich it."""
+    embedder = Embedder.from_settings(settings)
+    metrics = Metrics.create()
+
+    async def go():
+        pool = create_pool(settings)
+        await pool.open(wait=True)
+        try:
+            records = [RawRecord("memory.turns", 0, i, None, t.to_bytes(), None) for i, t in enumerate(turns)]
+            await ingest_batch(records, pool=pool, embedder=embedder, metrics=metrics,
+                               segmenter=SegmenterConfig(max_tokens=10_000))
+            async with pool.connection() as conn:
+                await conn.execute(
+                    "INSERT INTO memory.segments (tenant, conversation_id, segment_id, seq, turn_ids, start_ts, end_ts,"
+                    " raw_text, token_estimate, close_reason) VALUES (%s, %s, %s, 0, %s, %s, %s, 'raw', 100, 'session')"
+                    " ON CONFLICT DO NOTHING",
+                    (segment.tenant, segment.conversation_id, segment.segment_id, [t.turn_id for t in turns],
+                     turns[0].ts, turns[-1].ts),
+                )
+            extractor = ModelClient(create_client(settings, base_url=base_url), role="extractor",
+                                    model=settings.llm_model, json_mode=settings.llm_json_mode, metrics=metrics,
+                                    max_retries=retries, backoff_s=0.01)
+            return await enrich_segment(segment, EnrichDeps(settings, pool, embedder, extractor, metrics))
+        finally:
+            await pool.close()
+
+    return asyncio.run(go()), metrics
+
+
+def _scripted(body: dict) -> tuple[int, str]:
+    return 200, json.dumps(KNOWN_OUTPUT)
+
+
+def _agtype(value: str | None):
+    """psycopg returns agtype as its text form (JSON for scalars), NULL as None."""
+    return None if value is None else json.loads(value)
+
+
+def _cypher(db_url: str, cypher: str, params: dict, returns: str):
+    with psycopg.connect(db_url) as conn:
+        conn.execute("LOAD 'age'")
+        conn.execute("SET search_path = ag_catalog, public")
+        return conn.execute(_statement(cypher, returns), (json.dumps(params),)).fetchall()
+
+
+def test_known_output_yields_dated_gists_facts_with_qualifiers_and_the_graph(stack, db_url, unique):
+    tenant, conversation = unique("tenant"), unique("conv")
+    segment, turns = _segment(tenant, conversation)
+    with ScriptedLLM(_scripted) as server:
+        outcome, metrics = _run(stack, server.base_url, segment, turns)
+    assert outcome.enriched and outcome.counts is not None
+    with psycopg.connect(db_url) as conn:
+        gists = conn.execute("SELECT text, event_date, turn_ids FROM memory.gists WHERE tenant = %s ORDER BY ordinal",
+                             (tenant,)).fetchall()
+        facts = conn.execute(
+            "SELECT s.name, f.predicate, o.name, f.point_in_time, f.start_time, f.end_time FROM memory.facts f"
+            " JOIN memory.entities s ON s.tenant = f.tenant AND s.entity_id = f.subject_id"
+            " JOIN memory.entities o ON o.tenant = f.tenant AND o.entity_id = f.object_id"
+            " WHERE f.tenant = %s ORDER BY f.ordinal", (tenant,)).fetchall()
+        current = conn.execute(
+            "SELECT o.name FROM memory.current_facts f JOIN memory.entities s ON s.tenant = f.tenant"
+            " AND s.entity_id = f.subject_id JOIN memory.entities o ON o.tenant = f.tenant"
+            " AND o.entity_id = f.object_id WHERE f.tenant = %s AND s.name = 'Alice' AND f.predicate = 'lives_in'",
+            (tenant,)).fetchall()
+        status = conn.execute("SELECT status, summary IS NOT NULL, summary_embedding IS NOT NULL FROM memory.segments"
+                              " WHERE tenant = %s", (tenant,)).fetchone()
+    # Monday 2024-03-18: "last Wednesday" is 2024-03-13; "two weeks ago" is 2024-03-04.
+    assert gists[0] == ("2024-03-13: Alice moved to Lisbon.", date(2024, 3, 13), ["t001"])
+    assert gists[1][1] == date(2024, 3, 4) and gists[2][1] == date(2024, 2, 26)
+    assert facts == [
+        ("Alice", "lives_in", "Porto", None, date(2019, 1, 1), date(2024, 3, 1)),
+        ("Alice", "lives_in", "Lisbon", None, date(2024, 3, 13), None),
+        ("Bob", "adopted", "Rex", date(2024, 3, 4), None, None),
+        ("Alice", "adopted", "Miso", date(2024, 2, 26), None, None),
+    ]
+    # History is kept; "current" is the newer move.
+    assert current == [("Lisbon",)]
+    assert status == ("enriched", True, True)
+
+    edges = _cypher(db_url, "MATCH (s:Entity {tenant: $tenant})-[f:FACT]->(o:Entity) RETURN s.name, f.predicate,"
+                            " o.name, f.start_time ORDER BY f.fact_id", {"tenant": tenant},
+                    "s agtype, p agtype, o agtype, t agtype")
+    assert [tuple(_agtype(v) for v in row) for row in edges] == [
+        ("Alice", "lives_in", "Porto", "2019-01-01"), ("Alice", "lives_in", "Lisbon", "2024-03-13"),
+        ("Bob", "adopted", "Rex", None), ("Alice", "adopted", "Miso", None),
+    ]
+    mentions = _cypher(db_url, "MATCH (g:Gist {tenant: $tenant})-[:MENTIONS]->(e:Entity) RETURN g.gist_id, e.name"
+                               " ORDER BY g.gist_id, e.name", {"tenant": tenant}, "g agtype, e agtype")
+    assert ("Bob", "Rex") == tuple(_agtype(e) for g, e in mentions if _agtype(g).endswith("g01"))
+    similar = _cypher(db_url, "MATCH (a:Gist {tenant: $tenant})-[s:SIMILAR]->(b:Gist) RETURN a.gist_id, b.gist_id,"
+                              " s.similarity", {"tenant": tenant}, "a agtype, b agtype, s agtype")
+    # Only the paraphrase pair is above 0.8 (the two different adoptions are about 0.5).
+    assert [(_agtype(a)[-3:], _agtype(b)[-3:]) for a, b, _ in similar] == [("g03", "g01")]
+    assert all(float(s) > 0.8 for _, _, s in similar)
+    assert metrics.memory_items.labels("fact")._value.get() == 4
+
+
+def test_enriching_twice_yields_the_same_rows(stack, db_url, unique):
+    tenant, conversation = unique("tenant"), unique("conv")
+    segment, turns = _segment(tenant, conversation)
+
+    def snapshot():
+        with psycopg.connect(db_url) as conn:
+            return [conn.execute(f"SELECT * FROM memory.{table} WHERE tenant = %s ORDER BY 2", (tenant,)).fetchall()
+                    for table in ("gists", "facts", "entities", "gist_mentions")]
+
+    def graph_counts():
+        return _cypher(db_url, "MATCH (n {tenant: $tenant}) OPTIONAL MATCH (n)-[r]->() RETURN count(DISTINCT n),"
+                               " count(r)", {"tenant": tenant}, "n agtype, r agtype")
+
+    with ScriptedLLM(_scripted) as server:
+        _run(stack, server.base_url, segment, turns)
+        first, first_graph = snapshot(), graph_counts()
+        _run(stack, server.base_url, segment, turns)
+    assert snapshot() == first and graph_counts() == first_graph
+    assert len(first[0]) == 4 and len(first[1]) == 4
+
+
+def test_invalid_output_is_retried_then_the_segment_fails_and_its_turns_stay_searchable(stack, db_url, unique):
+    tenant, conversation = unique("tenant"), unique("conv")
+    segment, turns = _segment(tenant, conversation)
+    with ScriptedLLM(lambda body: (200, '{"summary": "no gists here"}')) as server:
+        outcome, metrics = _run(stack, server.base_url, segment, turns, retries=2)
+        assert len(server.requests) == 3
+    assert not outcome.enriched and isinstance(outcome.error, ModelOutputError)
+    with psycopg.connect(db_url) as conn:
+        status, error, attempts = conn.execute(
+            "SELECT status, error, attempts FROM memory.segments WHERE tenant = %s", (tenant,)).fetchone()
+        searchable = conn.execute(
+            "SELECT count(*) FROM memory.turns WHERE tenant = %s AND tsv @@ plainto_tsquery('english', 'Lisbon')",
+            (tenant,)).fetchone()[0]
+    assert status == "failed" and "gists" in error and attempts == 1
+    assert searchable == 1
+    assert metrics.segments_enriched.labels("failed")._value.get() == 1
+
+
+def test_the_real_local_model_produces_schema_valid_rows(stack, db_url, unique):
+    tenant, conversation = unique("tenant"), unique("conv")
+    segment, turns = _segment(tenant, conversation)
+    outcome, _ = _run(stack, stack.llm_base_url, segment, turns)
+    assert outcome.enriched, outcome.error
+    with psycopg.connect(db_url) as conn:
+        gists = conn.execute("SELECT text, event_date, turn_ids FROM memory.gists WHERE tenant = %s",
+                             (tenant,)).fetchall()
+        facts = conn.execute("SELECT predicate, turn_ids FROM memory.facts WHERE tenant = %s", (tenant,)).fetchall()
+    turn_ids = {t.turn_id for t in turns}
+    assert gists and facts
+    for text, event_date, ids in gists:
+        assert text.startswith(event_date.isoformat()[:4]) and set(ids) <= turn_ids
+    for predicate, ids in facts:
+        assert predicate and set(ids) <= turn_ids
