@@ -18,7 +18,7 @@ from epistream.contracts import Question
 from epistream.db import create_pool
 from epistream.embeddings import Embedder
 from epistream.errors import ContractError, EpistreamError
-from epistream.kafka_io import count_dead_letter, create_producer, dead_letter
+from epistream.kafka_io import consumer_lag, count_dead_letter, create_producer, dead_letter
 from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
 from epistream.settings import Settings
@@ -89,6 +89,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     await consumer.start()
     metrics.serve(settings.answer_metrics_port)
     log.info("answer consumer ready; metrics on :%d", settings.answer_metrics_port)
+    lag_task = asyncio.create_task(_report_lag(settings, metrics, stop))
     try:
         while not stop.is_set():
             batches = await consumer.getmany(timeout_ms=500, max_records=8)
@@ -97,9 +98,21 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
                     await handle_question(record, deps, producer)
                     await consumer.commit({TopicPartition(tp.topic, tp.partition): record.offset + 1})
     finally:
+        lag_task.cancel()
         await consumer.stop()
         await producer.stop()
         await pool.close()
+
+
+async def _report_lag(settings: Settings, metrics: Metrics, stop: asyncio.Event, every_s: float = 5.0) -> None:
+    while not stop.is_set():
+        try:
+            lag = await consumer_lag(settings, GROUP_ID, [settings.topic_questions])
+            for topic, value in lag.items():
+                metrics.consumer_lag.labels(GROUP_ID, topic).set(value)
+        except Exception as exc:  # telemetry only: never stop answering for it
+            log.debug("consumer lag unavailable: %s", exc)
+        await asyncio.sleep(every_s)
 
 
 def run_worker(settings: Settings) -> None:

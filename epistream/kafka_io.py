@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
@@ -112,3 +112,24 @@ async def partitions_of(settings: Settings, topic: str) -> list[int]:
     finally:
         await admin.close()
     return sorted(p["partition"] for p in described[0]["partitions"])
+
+
+async def consumer_lag(settings: Settings, group: str, topics: list[str]) -> dict[str, int]:
+    """Per topic, how far `group`'s committed offsets trail the end of the log."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(group)
+        partitions = [TopicPartition(t, p) for t in topics for p in await partitions_of(settings, t)]
+        ends = await consumer.end_offsets(partitions)
+    finally:
+        await consumer.stop()
+        await admin.close()
+    lag: dict[str, int] = dict.fromkeys(topics, 0)
+    for tp, end in ends.items():
+        meta = committed.get(tp)
+        done = meta.offset if meta is not None and meta.offset >= 0 else 0
+        lag[tp.topic] += max(0, end - done)
+    return lag

@@ -14,6 +14,7 @@ import random
 import time
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+from urllib.parse import urlsplit
 
 import openai
 from pydantic import BaseModel, ValidationError
@@ -65,6 +66,11 @@ def response_format(schema_model: type[BaseModel], mode: JsonMode) -> dict:
     return {"type": "json_schema", "json_schema": {"name": schema_model.__name__, "schema": schema, "strict": True}}
 
 
+def endpoint_name(base_url: str) -> str:
+    parsed = urlsplit(base_url)
+    return parsed.netloc or base_url
+
+
 def _is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):
         return True
@@ -84,7 +90,7 @@ class ModelClient:
         metrics: Metrics,
         max_retries: int = 2,
         backoff_s: float = 0.5,
-        endpoint_label: str = "default",
+        endpoint_label: str | None = None,
     ) -> None:
         self._client = client
         self.role = role
@@ -93,7 +99,8 @@ class ModelClient:
         self._metrics = metrics
         self._max_retries = max_retries
         self._backoff_s = backoff_s
-        self.endpoint_label = endpoint_label
+        # host:port of the endpoint: bounded by configuration, never by input.
+        self.endpoint_label = endpoint_label or endpoint_name(str(client.base_url))
 
     async def complete_json(
         self,
@@ -118,31 +125,31 @@ class ModelClient:
                     response_format=response_format(schema_model, self._json_mode),  # type: ignore[arg-type]
                 )
             except Exception as exc:  # classified just below
-                self._metrics.model_latency_seconds.labels(self.role).observe(time.perf_counter() - started)
+                self._metrics.model_latency_seconds.labels(self.role, self.endpoint_label).observe(time.perf_counter() - started)
                 if not _is_retryable(exc):
-                    self._metrics.model_requests.labels(self.role, "failed").inc()
+                    self._metrics.model_requests.labels(self.role, self.endpoint_label, "failed").inc()
                     raise ModelUnavailable(f"{self.role} model call failed: {type(exc).__name__}: {exc}") from exc
                 last_error = exc
-                self._metrics.model_requests.labels(self.role, "retry").inc()
+                self._metrics.model_requests.labels(self.role, self.endpoint_label, "retry").inc()
                 log.warning("%s model call attempt %d failed: %s", self.role, attempt, type(exc).__name__)
                 await self._sleep(attempt)
                 continue
-            self._metrics.model_latency_seconds.labels(self.role).observe(time.perf_counter() - started)
+            self._metrics.model_latency_seconds.labels(self.role, self.endpoint_label).observe(time.perf_counter() - started)
             call_usage = Usage(
                 response.usage.prompt_tokens if response.usage else 0,
                 response.usage.completion_tokens if response.usage else 0,
                 1,
             )
             usage = usage + call_usage
-            self._metrics.model_tokens.labels(self.role, "prompt").inc(call_usage.prompt_tokens)
-            self._metrics.model_tokens.labels(self.role, "completion").inc(call_usage.completion_tokens)
+            self._metrics.model_tokens.labels(self.role, self.endpoint_label, "prompt").inc(call_usage.prompt_tokens)
+            self._metrics.model_tokens.labels(self.role, self.endpoint_label, "completion").inc(call_usage.completion_tokens)
             content = (response.choices[0].message.content or "") if response.choices else ""
             try:
                 # strict=False: raw newlines inside strings are harmless in data.
                 value = schema_model.model_validate(json.loads(content, strict=False))
             except (json.JSONDecodeError, ValidationError) as exc:
                 last_error = exc
-                self._metrics.model_requests.labels(self.role, "invalid_output").inc()
+                self._metrics.model_requests.labels(self.role, self.endpoint_label, "invalid_output").inc()
                 log.warning("%s model output invalid on attempt %d (%d chars)", self.role, attempt, len(content))
                 conversation = [
                     *messages,
@@ -150,7 +157,7 @@ class ModelClient:
                     {"role": "user", "content": _repair_note(exc)},
                 ]
                 continue
-            self._metrics.model_requests.labels(self.role, "ok").inc()
+            self._metrics.model_requests.labels(self.role, self.endpoint_label, "ok").inc()
             return StructuredResult(value=value, usage=usage, attempts=attempt)
         if isinstance(last_error, (json.JSONDecodeError, ValidationError)):
             raise ModelOutputError(f"{self.role} output invalid after retries: {_short(last_error)}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _SLOW = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
@@ -33,6 +33,7 @@ class Metrics:
     model_latency_seconds: Histogram
     questions_answered: Counter
     answer_latency_seconds: Histogram
+    consumer_lag: Gauge
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -100,20 +101,20 @@ class Metrics:
             ),
             model_requests=Counter(
                 "epistream_model_requests_total",
-                "Model calls by role and outcome (ok, retry, failed, invalid_output).",
-                ["role", "outcome"],
+                "Model calls by role, endpoint and outcome (ok, retry, failed, invalid_output).",
+                ["role", "endpoint", "outcome"],
                 registry=reg,
             ),
             model_tokens=Counter(
                 "epistream_model_tokens_total",
-                "Tokens used by role and kind (prompt, completion).",
-                ["role", "kind"],
+                "Tokens used by role, endpoint and kind (prompt, completion).",
+                ["role", "endpoint", "kind"],
                 registry=reg,
             ),
             model_latency_seconds=Histogram(
                 "epistream_model_request_duration_seconds",
-                "Model call latency by role.",
-                ["role"],
+                "Model call latency by role and endpoint.",
+                ["role", "endpoint"],
                 buckets=_SLOW,
                 registry=reg,
             ),
@@ -128,6 +129,12 @@ class Metrics:
                 "Question-to-answer latency by mode.",
                 ["mode"],
                 buckets=_SLOW,
+                registry=reg,
+            ),
+            consumer_lag=Gauge(
+                "epistream_consumer_lag_messages",
+                "Messages not yet consumed, by consumer group and topic (summed over partitions).",
+                ["group", "topic"],
                 registry=reg,
             ),
         )

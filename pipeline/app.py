@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from epistream.contracts import Segment, SegmentCloseRequest
 from epistream.db import create_pool
 from epistream.embeddings import Embedder
-from epistream.kafka_io import count_dead_letter, dead_letter
+from epistream.kafka_io import consumer_lag, count_dead_letter, dead_letter
 from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
 from epistream.settings import Settings
@@ -148,6 +148,16 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
             await turns_topic.send(key=conversation_id.encode(), value=request.to_bytes())
         if orphans:
             await publish(orphans)
+        await _report_lag()
+
+    async def _report_lag() -> None:
+        try:
+            lag = await consumer_lag(settings, settings.indexer_group, [settings.topic_turns, settings.topic_segments])
+        except Exception as exc:  # lag is best-effort telemetry, never a reason to stop indexing
+            log.debug("consumer lag unavailable: %s", exc)
+            return
+        for topic, value in lag.items():
+            metrics.consumer_lag.labels(settings.indexer_group, topic).set(value)
 
     return app
 
