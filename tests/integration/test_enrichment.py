@@ -3,103 +3,19 @@ scripted one for exact output, and the real local model for schema validity."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from datetime import UTC, date, datetime, timedelta, timezone
+from datetime import date
 
 import psycopg
 import pytest
 
-from epistream.contracts import Segment, SegmentTurn
-from epistream.db import create_pool
-from epistream.embeddings import Embedder
 from epistream.errors import ModelOutputError
-from epistream.llm import ModelClient, create_client
-from epistream.metrics import Metrics
-from pipeline.enrich import EnrichDeps, enrich_segment
 from pipeline.graph_store import _statement
-from pipeline.ingest import ingest_batch
-from pipeline.records import RawRecord
-from pipeline.segmenter import SegmenterConfig
 from tests.support.scripted_llm import ScriptedLLM
 
-from .helpers import make_turns
+from .seed import run_enrichment, scripted_reply, seed_segment
 
 pytestmark = pytest.mark.integration
-
-TZ = timezone(timedelta(hours=1))
-DIALOGUE = [
-    ("Alice", "I moved to Lisbon last Wednesday, the flat is tiny but bright."),
-    ("Bob", "Congratulations! Weren't you in Porto for years?"),
-    ("Alice", "Yes, I lived in Porto from 2019 until this month."),
-    ("Bob", "I adopted a dog two weeks ago, his name is Rex."),
-    ("Alice", "I adopted a cat three weeks ago, her name is Miso."),
-]
-KNOWN_OUTPUT = {
-    "summary": "Alice moved from Porto to Lisbon; Bob adopted Rex and Alice adopted Miso.",
-    "gists": [
-        {"text": "Alice moved to Lisbon.", "date": "last Wednesday", "turn_ids": ["t001"]},
-        {"text": "Bob adopted a dog named Rex.", "date": "2024-03-04", "turn_ids": ["t004"]},
-        {"text": "Alice adopted a cat named Miso.", "date": "2024-02-26", "turn_ids": ["t005"]},
-        # A near-paraphrase of the second gist, as models write: it must get a SIMILAR edge.
-        {"text": "Bob adopted a puppy called Rex.", "date": "two weeks ago", "turn_ids": ["t004"]},
-    ],
-    "facts": [
-        {"subject": "Alice", "predicate": "lives in", "object": "Porto", "start_time": "2019",
-         "end_time": "2024-03", "turn_ids": ["t003"]},
-        {"subject": "I", "predicate": "lives_in", "object": "Lisbon", "start_time": "last Wednesday",
-         "turn_ids": ["t001"]},
-        {"subject": "Bob", "predicate": "adopted", "object": "Rex", "point_in_time": "two weeks ago",
-         "turn_ids": ["t004"]},
-        {"subject": "Alice", "predicate": "adopted", "object": "Miso", "point_in_time": "2024-02-26",
-         "turn_ids": ["t005"]},
-    ],
-}
-
-
-def _segment(tenant: str, conversation: str) -> Segment:
-    turns = make_turns(tenant, conversation, DIALOGUE, start=datetime(2024, 3, 18, 20, 0, tzinfo=TZ))
-    return Segment(
-        tenant=tenant, conversation_id=conversation, segment_id=f"{conversation}#0000", seq=0,
-        close_reason="session", overlap_turns=0, token_estimate=100,
-        turns=[SegmentTurn(turn_id=t.turn_id, speaker=t.speaker, text=t.text, ts=t.ts) for t in turns],
-        produced_at=datetime.now(UTC),
-    ), turns
-
-
-def _run(settings, base_url: str, segment: Segment, turns, *, retries: int = 2):
-    """Store the segment's turns and segment row (as the ingest worker does), then enrich it."""
-    embedder = Embedder.from_settings(settings)
-    metrics = Metrics.create()
-
-    async def go():
-        pool = create_pool(settings)
-        await pool.open(wait=True)
-        try:
-            records = [RawRecord("memory.turns", 0, i, None, t.to_bytes(), None) for i, t in enumerate(turns)]
-            await ingest_batch(records, pool=pool, embedder=embedder, metrics=metrics,
-                               segmenter=SegmenterConfig(max_tokens=10_000))
-            async with pool.connection() as conn:
-                await conn.execute(
-                    "INSERT INTO memory.segments (tenant, conversation_id, segment_id, seq, turn_ids, start_ts, end_ts,"
-                    " raw_text, token_estimate, close_reason) VALUES (%s, %s, %s, 0, %s, %s, %s, 'raw', 100, 'session')"
-                    " ON CONFLICT DO NOTHING",
-                    (segment.tenant, segment.conversation_id, segment.segment_id, [t.turn_id for t in turns],
-                     turns[0].ts, turns[-1].ts),
-                )
-            extractor = ModelClient(create_client(settings, base_url=base_url), role="extractor",
-                                    model=settings.llm_model, json_mode=settings.llm_json_mode, metrics=metrics,
-                                    max_retries=retries, backoff_s=0.01)
-            return await enrich_segment(segment, EnrichDeps(settings, pool, embedder, extractor, metrics))
-        finally:
-            await pool.close()
-
-    return asyncio.run(go()), metrics
-
-
-def _scripted(body: dict) -> tuple[int, str]:
-    return 200, json.dumps(KNOWN_OUTPUT)
-
 
 def _agtype(value: str | None):
     """psycopg returns agtype as its text form (JSON for scalars), NULL as None."""
@@ -115,9 +31,9 @@ def _cypher(db_url: str, cypher: str, params: dict, returns: str):
 
 def test_known_output_yields_dated_gists_facts_with_qualifiers_and_the_graph(stack, db_url, unique):
     tenant, conversation = unique("tenant"), unique("conv")
-    segment, turns = _segment(tenant, conversation)
-    with ScriptedLLM(_scripted) as server:
-        outcome, metrics = _run(stack, server.base_url, segment, turns)
+    segment, turns = seed_segment(tenant, conversation)
+    with ScriptedLLM(scripted_reply) as server:
+        outcome, metrics = run_enrichment(stack, server.base_url, segment, turns)
     assert outcome.enriched and outcome.counts is not None
     with psycopg.connect(db_url) as conn:
         gists = conn.execute("SELECT text, event_date, turn_ids FROM memory.gists WHERE tenant = %s ORDER BY ordinal",
@@ -167,7 +83,7 @@ def test_known_output_yields_dated_gists_facts_with_qualifiers_and_the_graph(sta
 
 def test_enriching_twice_yields_the_same_rows(stack, db_url, unique):
     tenant, conversation = unique("tenant"), unique("conv")
-    segment, turns = _segment(tenant, conversation)
+    segment, turns = seed_segment(tenant, conversation)
 
     def snapshot():
         with psycopg.connect(db_url) as conn:
@@ -178,19 +94,19 @@ def test_enriching_twice_yields_the_same_rows(stack, db_url, unique):
         return _cypher(db_url, "MATCH (n {tenant: $tenant}) OPTIONAL MATCH (n)-[r]->() RETURN count(DISTINCT n),"
                                " count(r)", {"tenant": tenant}, "n agtype, r agtype")
 
-    with ScriptedLLM(_scripted) as server:
-        _run(stack, server.base_url, segment, turns)
+    with ScriptedLLM(scripted_reply) as server:
+        run_enrichment(stack, server.base_url, segment, turns)
         first, first_graph = snapshot(), graph_counts()
-        _run(stack, server.base_url, segment, turns)
+        run_enrichment(stack, server.base_url, segment, turns)
     assert snapshot() == first and graph_counts() == first_graph
     assert len(first[0]) == 4 and len(first[1]) == 4
 
 
 def test_invalid_output_is_retried_then_the_segment_fails_and_its_turns_stay_searchable(stack, db_url, unique):
     tenant, conversation = unique("tenant"), unique("conv")
-    segment, turns = _segment(tenant, conversation)
+    segment, turns = seed_segment(tenant, conversation)
     with ScriptedLLM(lambda body: (200, '{"summary": "no gists here"}')) as server:
-        outcome, metrics = _run(stack, server.base_url, segment, turns, retries=2)
+        outcome, metrics = run_enrichment(stack, server.base_url, segment, turns, retries=2)
         assert len(server.requests) == 3
     assert not outcome.enriched and isinstance(outcome.error, ModelOutputError)
     with psycopg.connect(db_url) as conn:
@@ -206,8 +122,8 @@ def test_invalid_output_is_retried_then_the_segment_fails_and_its_turns_stay_sea
 
 def test_the_real_local_model_produces_schema_valid_rows(stack, db_url, unique):
     tenant, conversation = unique("tenant"), unique("conv")
-    segment, turns = _segment(tenant, conversation)
-    outcome, _ = _run(stack, stack.llm_base_url, segment, turns)
+    segment, turns = seed_segment(tenant, conversation)
+    outcome, _ = run_enrichment(stack, stack.llm_base_url, segment, turns)
     assert outcome.enriched, outcome.error
     with psycopg.connect(db_url) as conn:
         gists = conn.execute("SELECT text, event_date, turn_ids FROM memory.gists WHERE tenant = %s",
