@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from psycopg_pool import AsyncConnectionPool
 
 from epistream.contracts import Answer, Evidence, Mode, Question, RoleTokens
+from epistream.db import tenant_scope
 from epistream.embeddings import Embedder
 from epistream.llm import ModelClient, Usage
 from epistream.metrics import Metrics
@@ -77,7 +78,7 @@ async def answer_question(question: Question, deps: AnswerDeps) -> Answer:
     started = time.perf_counter()
     settings = deps.settings
     vector = (await asyncio.to_thread(deps.embedder.embed, [question.question]))[0]
-    async with deps.pool.connection() as conn:
+    async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
         turns = await search_turns(
             conn,
             tenant=question.tenant,

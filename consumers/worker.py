@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import signal
 import time
 
+import psycopg
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
 from epistream.contracts import Question
@@ -55,6 +58,23 @@ async def handle_question(record: ConsumerRecord, deps: AnswerDeps, producer) ->
     log.info("answered %s (%s, %.0f ms)", question.question_id, answer.mode.value, answer.latency_ms)
 
 
+async def _handle_with_retry(record: ConsumerRecord, deps: AnswerDeps, producer, stop: asyncio.Event) -> None:  # type: ignore[no-untyped-def]
+    """A database or broker hiccup must not lose the question: retry it, offset uncommitted."""
+    attempt = 0
+    while True:
+        try:
+            await handle_question(record, deps, producer)
+            return
+        except (psycopg.OperationalError, KafkaError) as exc:
+            attempt += 1
+            delay = min(30.0, 0.5 * 2 ** min(attempt, 6)) * (0.5 + random.random() / 2)
+            log.warning("question at %s[%d]@%d failed (%s), retry %d in %.1fs", record.topic, record.partition,
+                        record.offset, type(exc).__name__, attempt, delay)
+            if stop.is_set():
+                raise
+            await asyncio.sleep(delay)
+
+
 async def _dead_letter(record: ConsumerRecord, exc: Exception, deps: AnswerDeps, producer) -> None:  # type: ignore[no-untyped-def]
     letter = dead_letter(
         topic=record.topic, partition=record.partition, offset=record.offset,
@@ -95,7 +115,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
             batches = await consumer.getmany(timeout_ms=500, max_records=8)
             for tp, records in batches.items():
                 for record in records:
-                    await handle_question(record, deps, producer)
+                    await _handle_with_retry(record, deps, producer, stop)
                     await consumer.commit({TopicPartition(tp.topic, tp.partition): record.offset + 1})
     finally:
         lag_task.cancel()

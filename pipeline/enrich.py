@@ -234,6 +234,9 @@ async def enrich_segment(segment: Segment, deps: EnrichDeps) -> EnrichOutcome:
             conn, segment, enrichment, vectors, settings=deps.settings, prompt_version=ENRICH_PROMPT_VERSION
         )
     metrics = deps.metrics
+    if counts is None:
+        metrics.segments_enriched.labels("forgotten").inc()
+        return EnrichOutcome(segment.segment_id, False)
     metrics.segments_enriched.labels("enriched").inc()
     metrics.enrich_seconds.observe(time.perf_counter() - started)
     for kind, n in (("gist", counts.gists), ("fact", counts.facts), ("mention", counts.mentions)):

@@ -20,8 +20,13 @@ def _statement(cypher: LiteralString, returns: LiteralString = "r agtype") -> Li
     return "SELECT * FROM ag_catalog.cypher('" + GRAPH_NAME + "', $$ " + cypher + " $$, %s::agtype) AS (" + returns + ")"  # noqa: S608
 
 
+# Edges first, then the vertices: AGE 1.7's DETACH DELETE of a vertex with edges
+# crashes the backend at commit when row-level security applies to the labels.
+DELETE_SEGMENT_GIST_EDGES = _statement(
+    "MATCH (g:Gist {tenant: $tenant, segment_id: $segment_id})-[r]-() DELETE r RETURN count(*)"
+)
 DELETE_SEGMENT_GISTS = _statement(
-    "MATCH (g:Gist {tenant: $tenant, segment_id: $segment_id}) DETACH DELETE g RETURN count(*)"
+    "MATCH (g:Gist {tenant: $tenant, segment_id: $segment_id}) DELETE g RETURN count(*)"
 )
 DELETE_SEGMENT_FACTS = _statement(
     "MATCH ()-[f:FACT {tenant: $tenant, segment_id: $segment_id}]->() DELETE f RETURN count(*)"
@@ -57,4 +62,5 @@ async def run(conn: AsyncConnection, statement: LiteralString, params: dict[str,
 async def delete_segment(conn: AsyncConnection, tenant: str, segment_id: str) -> None:
     keys = {"tenant": tenant, "segment_id": segment_id}
     await run(conn, DELETE_SEGMENT_FACTS, keys)
+    await run(conn, DELETE_SEGMENT_GIST_EDGES, keys)
     await run(conn, DELETE_SEGMENT_GISTS, keys)

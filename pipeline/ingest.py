@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
 from epistream.contracts import DeadLetter, SegmentCloseRequest, Turn
+from epistream.db import tenant_scope
 from epistream.embeddings import Embedder
 from epistream.errors import ContractError
 from epistream.kafka_io import count_dead_letter, dead_letter
@@ -31,6 +32,7 @@ from epistream.metrics import Metrics
 from . import segments
 from .records import RawRecord
 from .segmenter import SegmenterConfig
+from .tombstones import is_forgotten, tombstones
 from .turns_store import upsert_turns
 
 log = logging.getLogger(__name__)
@@ -137,36 +139,49 @@ async def _store_with_retry(pool, turns, vectors, closes, segmenter, result: Ing
 
 
 async def _write(conn: AsyncConnection, turns, vectors, closes, segmenter, result: IngestResult) -> None:  # type: ignore[no-untyped-def]
-    """One transaction: the turns, then the segmenter over the newly inserted ones."""
-    async with conn.transaction():
-        try:
-            async with conn.transaction():  # a savepoint: a bad row must not void the batch
-                outcomes = await upsert_turns(conn, [t for t, _ in turns], vectors, [r for _, r in turns])
-            result.stored.extend(t for t, _ in turns)
+    """Per tenant, one transaction under that tenant's row-level security: the
+    turns (minus forgotten conversations), then the segmenter over the new ones."""
+    for tenant in sorted({t.tenant for t, _ in turns} | {c.tenant for c in closes}):
+        index = [i for i, (t, _) in enumerate(turns) if t.tenant == tenant]
+        async with tenant_scope(conn, tenant):
+            forgotten = await tombstones(conn, tenant)
+            kept = [i for i in index if not is_forgotten(forgotten, turns[i][0].conversation_id)]
+            result.outcomes.extend("tombstoned" for _ in range(len(index) - len(kept)))
+            mine = [turns[i] for i in kept]
+            stored, outcomes = await _upsert(conn, mine, vectors[kept] if kept else vectors[:0], result)
+            result.stored.extend(stored)
             result.outcomes.extend(outcomes)
-        except _ROW_ERRORS:
-            await _write_one_by_one(conn, turns, vectors, result)
-        if segmenter is None:
-            return
-        inserted = [t for t, o in zip(result.stored, result.outcomes, strict=True) if o == "inserted"]
-        result.closed_segments.extend(await segments.advance(conn, inserted, segmenter))
-        for request in closes:
-            result.closed_segments.extend(
-                await segments.close_if_idle(conn, request.tenant, request.conversation_id, request.after_turn_id,
-                                             segmenter)
-            )
+            if segmenter is None:
+                continue
+            inserted = [t for t, o in zip(stored, outcomes, strict=True) if o == "inserted"]
+            result.closed_segments.extend(await segments.advance(conn, inserted, segmenter))
+            for request in closes:
+                if request.tenant == tenant and not is_forgotten(forgotten, request.conversation_id):
+                    result.closed_segments.extend(await segments.close_if_idle(
+                        conn, tenant, request.conversation_id, request.after_turn_id, segmenter))
 
 
-async def _write_one_by_one(conn: AsyncConnection, turns, vectors, result: IngestResult) -> None:  # type: ignore[no-untyped-def]
+async def _upsert(conn: AsyncConnection, turns, vectors, result: IngestResult) -> tuple[list[Turn], list[str]]:  # type: ignore[no-untyped-def]
+    try:
+        async with conn.transaction():  # a savepoint: a bad row must not void the others
+            outcomes = await upsert_turns(conn, [t for t, _ in turns], vectors, [r for _, r in turns])
+        return [t for t, _ in turns], outcomes
+    except _ROW_ERRORS:
+        return await _upsert_one_by_one(conn, turns, vectors, result)
+
+
+async def _upsert_one_by_one(conn: AsyncConnection, turns, vectors, result: IngestResult):  # type: ignore[no-untyped-def]
+    stored: list[Turn] = []
+    outcomes: list[str] = []
     for (turn, record), vector in zip(turns, vectors, strict=True):
         try:
             async with conn.transaction():
-                outcomes = await upsert_turns(conn, [turn], vector[None, :], [record])
+                outcomes.extend(await upsert_turns(conn, [turn], vector[None, :], [record]))
         except _ROW_ERRORS as exc:
             result.dead.append(_letter(record, exc))
             continue
-        result.stored.append(turn)
-        result.outcomes.extend(outcomes)
+        stored.append(turn)
+    return stored, outcomes
 
 
 def _letter(record: RawRecord, exc: Exception) -> DeadLetter:

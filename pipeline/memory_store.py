@@ -11,6 +11,7 @@ import numpy as np
 from psycopg import AsyncConnection
 
 from epistream.contracts import Segment
+from epistream.db import tenant_scope
 from epistream.settings import Settings
 
 from . import graph_store
@@ -19,6 +20,7 @@ from .entities import entity_id, normalize_name
 if TYPE_CHECKING:  # enrich imports this module to store its results
     from .enrich import Enrichment
 
+LOCK_SEGMENT = "SELECT 1 FROM memory.segments WHERE tenant = %s AND segment_id = %s FOR UPDATE"
 DELETE_FACTS = "DELETE FROM memory.facts WHERE tenant = %s AND segment_id = %s"
 DELETE_GISTS = "DELETE FROM memory.gists WHERE tenant = %s AND segment_id = %s"
 ENTITY_BY_NAME = "SELECT entity_id FROM memory.entities WHERE tenant = %s AND normalized_name = %s"
@@ -98,14 +100,17 @@ async def _entity(conn: AsyncConnection, segment: Segment, normalized: str, surf
 async def store_enrichment(
     conn: AsyncConnection, segment: Segment, enrichment: Enrichment, vectors: np.ndarray, *,
     settings: Settings, prompt_version: str,
-) -> StoreCounts:
+) -> StoreCounts | None:
     """`vectors` rows: the summary, then each gist, then each entity (in `enrichment.entities` order)."""
     tenant, sid = segment.tenant, segment.segment_id
     summary_vector = vectors[0]
     gist_vectors = vectors[1 : 1 + len(enrichment.gists)]
     entity_vectors = dict(zip(enrichment.entities, vectors[1 + len(enrichment.gists):], strict=True))
     similar = mentions = 0
-    async with conn.transaction():
+    async with tenant_scope(conn, tenant):
+        cur = await conn.execute(LOCK_SEGMENT, (tenant, sid))
+        if await cur.fetchone() is None:
+            return None  # forgotten since it was closed: nothing to store
         await graph_store.delete_segment(conn, tenant, sid)
         await conn.execute(DELETE_FACTS, (tenant, sid))
         await conn.execute(DELETE_GISTS, (tenant, sid))
@@ -160,6 +165,6 @@ def _iso(value) -> str | None:  # type: ignore[no-untyped-def]
 
 
 async def mark_failed(conn: AsyncConnection, segment: Segment, error: Exception) -> None:
-    async with conn.transaction():
+    async with tenant_scope(conn, segment.tenant):
         await conn.execute(MARK_FAILED, (f"{type(error).__name__}: {str(error)[:500]}", segment.tenant,
                                          segment.segment_id))

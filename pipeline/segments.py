@@ -43,17 +43,10 @@ INSERT INTO memory.segments (tenant, conversation_id, segment_id, seq, turn_ids,
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (tenant, segment_id) DO NOTHING
 """
-IDLE_CONVERSATIONS = """
-SELECT tenant, conversation_id, open_turn_ids[cardinality(open_turn_ids)] AS last_turn_id
-FROM memory.segmenter_state
-WHERE cardinality(open_turn_ids) > carried AND updated_at < now() - %s::interval
-ORDER BY updated_at LIMIT %s
-"""
-UNPUBLISHED = """
-SELECT tenant, segment_id FROM memory.segments
-WHERE published_at IS NULL AND closed_at < now() - %s::interval
-ORDER BY closed_at LIMIT %s
-"""
+# Cross-tenant housekeeping goes through two narrow SECURITY DEFINER functions
+# (sql/007): row-level security hides every other tenant's rows from the workers.
+IDLE_CONVERSATIONS = "SELECT tenant, conversation_id, last_turn_id FROM memory.idle_conversations(%s::interval, %s)"
+UNPUBLISHED = "SELECT tenant, segment_id FROM memory.unpublished_segments(%s::interval, %s)"
 SEGMENT_BY_ID = """
 SELECT tenant, conversation_id, segment_id, seq, close_reason, overlap_turns, token_estimate, turn_ids, produced_at
 FROM memory.segments WHERE tenant = %s AND segment_id = %s

@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime, timedelta, timezone
 
 from epistream.contracts import Segment, SegmentTurn
-from epistream.db import create_pool
+from epistream.db import create_pool, tenant_scope
 from epistream.embeddings import Embedder
 from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
@@ -71,7 +71,7 @@ def run_enrichment(settings, base_url: str, segment: Segment, turns, *, retries:
             records = [RawRecord("memory.turns", 0, i, None, t.to_bytes(), None) for i, t in enumerate(turns)]
             await ingest_batch(records, pool=pool, embedder=embedder, metrics=metrics,
                                segmenter=SegmenterConfig(max_tokens=10_000))
-            async with pool.connection() as conn:
+            async with pool.connection() as conn, tenant_scope(conn, segment.tenant):
                 await conn.execute(
                     "INSERT INTO memory.segments (tenant, conversation_id, segment_id, seq, turn_ids, start_ts, end_ts,"
                     " raw_text, token_estimate, close_reason) VALUES (%s, %s, %s, 0, %s, %s, %s, 'raw', 100, 'session')"

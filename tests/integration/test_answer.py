@@ -11,7 +11,7 @@ import pytest
 from consumers.retrieve import search_turns
 from epistream.client import ask
 from epistream.contracts import Answer, DeadLetter, Mode, Question
-from epistream.db import create_pool
+from epistream.db import create_pool, tenant_scope
 from epistream.embeddings import Embedder
 
 from .conftest import count_turns, read_topic, wait_for
@@ -50,7 +50,7 @@ def test_retrieval_is_confined_to_the_asked_conversations_and_tenant(stack, two_
         pool = create_pool(stack)
         await pool.open(wait=True)
         try:
-            async with pool.connection() as conn:
+            async with pool.connection() as conn, tenant_scope(conn, tenant):
                 return await search_turns(conn, tenant=tenant, query=query, vector=embedder.embed_one(query),
                                           conversation_ids=conversations, top_k=10)
         finally:

@@ -35,12 +35,12 @@ def test_turn_is_stored_and_found_lexically_and_densely(stack, db_url, unique):
     embedder = Embedder.from_settings(stack)
 
     async def search(query: str, **pathways: bool):
-        from epistream.db import create_pool
+        from epistream.db import create_pool, tenant_scope
 
         pool = create_pool(stack)
         await pool.open(wait=True)
         try:
-            async with pool.connection() as conn:
+            async with pool.connection() as conn, tenant_scope(conn, tenant):
                 return await search_turns(
                     conn, tenant=tenant, query=query, vector=embedder.embed_one(query),
                     conversation_ids=[conversation], top_k=3, **pathways,
