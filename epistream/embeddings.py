@@ -76,8 +76,14 @@ class Embedder:
         """Return a ``(len(texts), 384)`` float32 array of unit vectors."""
         if not texts:
             return np.zeros((0, DIMENSIONS), dtype=np.float32)
-        parts = [self._embed_batch(texts[i : i + self._batch_size]) for i in range(0, len(texts), self._batch_size)]
-        return np.vstack(parts)
+        # A batch is padded to its longest text: batching texts of similar length
+        # (then restoring the order) halves the work on conversational turns.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        ordered = [texts[i] for i in order]
+        parts = [self._embed_batch(ordered[i : i + self._batch_size]) for i in range(0, len(ordered), self._batch_size)]
+        vectors = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
+        vectors[order] = np.vstack(parts)
+        return vectors
 
     def embed_one(self, text: str) -> np.ndarray:
         return self.embed([text])[0]

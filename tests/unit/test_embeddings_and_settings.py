@@ -31,6 +31,13 @@ def test_batching_does_not_change_vectors(embedder):
     assert embedder.embed([]).shape == (0, DIMENSIONS)
 
 
+def test_length_sorted_batching_restores_the_callers_order(embedder):
+    texts = ["a considerably longer sentence about mountains, rivers and a long walk home", "hi", "cats purr"]
+    together = embedder.embed(texts)
+    alone = np.vstack([embedder.embed_one(t) for t in texts])
+    assert np.allclose(together, alone, atol=1e-4)
+
+
 def test_settings_come_from_prefixed_environment(monkeypatch):
     monkeypatch.setenv("EPISTREAM_KAFKA_BOOTSTRAP", "broker:9092")
     monkeypatch.setenv("EPISTREAM_LLM_JSON_MODE", "json_schema")

@@ -1,0 +1,158 @@
+"""End-to-end ingest: produce turns to Kafka, poll PostgreSQL until every row is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+
+from epistream.client import produce_raw
+from epistream.contracts import Turn
+from epistream.kafka_io import create_producer, partitions_of
+from epistream.settings import Settings
+
+from .stack import process_cpu_seconds, worker_pid
+from .worker_metrics import IngestCounters, scrape
+
+POLL_S = 0.1
+# Give up when the stored count has not moved for this long (a stuck or dead worker).
+STALL_S = 120.0
+# The warm-up may first wait for a cold worker to join its group and drain a backlog.
+WARMUP_STALL_S = 600.0
+
+
+@dataclass(frozen=True)
+class IngestFigures:
+    turns: int
+    produce_s: float  # produce_raw's own time (all sends acked)
+    wall_s: float  # before the first produce -> poll sees the last row
+    db_span_s: float  # min(produced_at) -> max(stored_at), from the rows themselves
+    latency_p50_s: float
+    latency_p95_s: float
+    latency_max_s: float
+    worker: IngestCounters | None  # deltas over the run, from the worker's /metrics
+    worker_cpu_s: float | None  # the worker's CPU time over the run: wall_s * nproc would be every core
+
+    @property
+    def turns_per_s(self) -> float:
+        return self.turns / self.wall_s
+
+
+def count_rows(conn: psycopg.Connection, tenant: str) -> int:
+    row = conn.execute("SELECT count(*) FROM memory.turns WHERE tenant = %s", (tenant,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def wait_for_rows(
+    url: str, tenant: str, expected: int, *, stall_s: float = STALL_S, progress_every_s: float = 5.0
+) -> float:
+    """Poll until `expected` rows of `tenant` are visible; return perf_counter() at that moment."""
+    with psycopg.connect(url, autocommit=True) as conn:  # autocommit: each poll sees new commits
+        last_count, last_change = -1, time.perf_counter()
+        last_print = last_change
+        while True:
+            stored = count_rows(conn, tenant)
+            now = time.perf_counter()
+            if stored >= expected:
+                return now
+            if stored != last_count:
+                last_count, last_change = stored, now
+            elif now - last_change > stall_s:
+                raise TimeoutError(
+                    f"{tenant}: {stored}/{expected} rows, no progress for {stall_s:.0f}s "
+                    "(see the ingest worker's log under <home>/logs/worker-ingest.log)"
+                )
+            if now - last_print >= progress_every_s:
+                print(f"    {stored}/{expected} stored", flush=True)
+                last_print = now
+            time.sleep(POLL_S)
+
+
+async def _produce_to_every_partition(settings: Settings, turns: list[Turn]) -> None:
+    # Explicit partitions, not keys: every partition must carry a warm-up turn so
+    # that waiting for them also drains any backlog the worker had on any partition.
+    parts = await partitions_of(settings, settings.topic_turns)
+    producer = create_producer(settings)
+    await producer.start()
+    try:
+        for i, turn in enumerate(turns):
+            await producer.send_and_wait(
+                settings.topic_turns,
+                key=turn.conversation_id.encode(),
+                value=turn.to_bytes(),
+                partition=parts[i % len(parts)],
+            )
+    finally:
+        await producer.stop()
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    seconds: float
+    # Turns sent one at a time meet an idle worker: their latency is the
+    # unloaded one, unlike the measured run's, which is mostly queueing.
+    latency_p50_s: float
+    latency_max_s: float
+
+
+def warm_up(settings: Settings, url: str, turns: list[Turn]) -> WarmUp:
+    """Push a few turns through the worker (ONNX session, pool, consumer group) and wait for them."""
+    started = time.perf_counter()
+    asyncio.run(_produce_to_every_partition(settings, turns))
+    seconds = wait_for_rows(url, turns[0].tenant, len(turns), stall_s=WARMUP_STALL_S) - started
+    latencies, _ = _row_timings(url, turns[0].tenant)
+    return WarmUp(seconds, float(np.median(latencies)), float(latencies.max()))
+
+
+def measure_ingest(settings: Settings, url: str, turns: list[Turn]) -> IngestFigures:
+    tenant = turns[0].tenant
+    records = [(t.conversation_id.encode(), t.to_bytes()) for t in turns]  # serialised before the clock starts
+    before = scrape(settings)
+    pid = worker_pid(settings)
+    cpu_before = process_cpu_seconds(pid)
+    started = time.perf_counter()
+    asyncio.run(produce_raw(settings, records))
+    produced = time.perf_counter()
+    done = wait_for_rows(url, tenant, len(turns))
+    cpu_after = process_cpu_seconds(pid)
+    time.sleep(0.5)  # the worker observes its histograms just after the commit we saw
+    after = scrape(settings)
+    latencies, db_span = _row_timings(url, tenant)
+    p50, p95 = np.percentile(latencies, [50, 95])
+    return IngestFigures(
+        turns=len(turns),
+        produce_s=produced - started,
+        wall_s=done - started,
+        db_span_s=db_span,
+        latency_p50_s=float(p50),
+        latency_p95_s=float(p95),
+        latency_max_s=float(latencies.max()),
+        worker=(after - before) if before and after else None,
+        worker_cpu_s=(cpu_after - cpu_before) if cpu_before is not None and cpu_after is not None else None,
+    )
+
+
+def _row_timings(url: str, tenant: str) -> tuple[np.ndarray, float]:
+    """Per-row stored_at - produced_at, and the first-produce-to-last-store span.
+
+    stored_at is now(), i.e. the start of the worker's insert transaction: the row
+    becomes visible at its commit, a little later, so these latencies are a lower bound.
+    """
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT extract(epoch FROM stored_at - produced_at)::float8 FROM memory.turns WHERE tenant = %s",
+            (tenant,),
+        ).fetchall()
+        span = conn.execute(
+            "SELECT extract(epoch FROM max(stored_at) - min(produced_at))::float8 FROM memory.turns WHERE tenant = %s",
+            (tenant,),
+        ).fetchone()
+    return np.array([r[0] for r in rows], dtype=np.float64), float(span[0]) if span else float("nan")
+
+
+def delete_tenant(url: str, tenant: str) -> int:
+    with psycopg.connect(url) as conn:
+        return conn.execute("DELETE FROM memory.turns WHERE tenant = %s", (tenant,)).rowcount
