@@ -162,6 +162,31 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_forget(args: argparse.Namespace) -> int:
+    from pipeline.forget import forget
+
+    from .db import create_pool
+
+    if args.conversation is None and not args.whole_tenant:
+        print("give --conversation ID, or --whole-tenant to forget everything of the tenant", file=sys.stderr)
+        return 2
+
+    async def run():  # type: ignore[no-untyped-def]
+        pool = create_pool(_settings())
+        await pool.open(wait=True)
+        try:
+            async with pool.connection() as conn:
+                return await forget(conn, args.tenant, args.conversation)
+        finally:
+            await pool.close()
+
+    done = asyncio.run(run())
+    what = f"conversation {done.conversation_id!r}" if done.conversation_id else "every conversation"
+    print(f"forgot {what} of tenant {done.tenant!r}: " + ", ".join(f"{n} {t}" for t, n in done.rows.items())
+          + f", {done.graph_elements} graph elements; a tombstone keeps replays from restoring it")
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     from .db import apply_migrations, database_url
 
@@ -210,6 +235,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="run one worker in the foreground")
     p.add_argument("name", choices=["ingest", "answer"])
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("forget", help="delete a conversation (or a whole tenant) and everything derived from it")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--conversation", help="the conversation to forget")
+    p.add_argument("--whole-tenant", action="store_true", help="forget every conversation of the tenant")
+    p.set_defaults(func=cmd_forget)
 
     sub.add_parser("migrate", help="apply pending SQL migrations").set_defaults(func=cmd_migrate)
 
