@@ -7,11 +7,19 @@ BIN     = $(VENV)/bin
 
 setup: system-deps $(VENV)/.installed
 
-# Kafka's jars are resolved by Maven and run on a JDK; install both where missing.
+# Kafka's jars are resolved by Maven and run on a JDK; Prometheus (Debian's package) scrapes the
+# workers in tests/integration/test_prometheus.py. Install what is missing, with one apt-get update.
 system-deps:
-	@command -v java >/dev/null && command -v mvn >/dev/null || { \
-	  echo "installing a JDK and Maven (Debian packages)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jdk-headless maven; }
+	@jdk=; prom=; \
+	{ command -v java && command -v mvn; } >/dev/null || jdk=1; \
+	test -x /usr/bin/prometheus || prom=1; \
+	if [ -n "$$jdk$$prom" ]; then \
+	  echo "installing Debian packages:$${jdk:+ default-jdk-headless maven}$${prom:+ prometheus}"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq \
+	  && { [ -z "$$jdk" ] || apt-get install -y -qq default-jdk-headless maven >/dev/null; } \
+	  && { [ -z "$$prom" ] || apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }; \
+	fi
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

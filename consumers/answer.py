@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,8 +18,11 @@ from epistream.llm import ModelClient, Usage
 from epistream.metrics import Metrics
 from epistream.settings import Settings
 
+from .assistants import AssistantPool
+from .deep import answer_deep
 from .prompts import ANSWER_PROMPT_VERSION, MasterAnswer, load_prompt
 from .retrieve import RetrievedTurn, search_turns
+from .router import RouterConfig
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +37,28 @@ class AnswerDeps:
     embedder: Embedder
     master: ModelClient
     metrics: Metrics
+    assistants: AssistantPool
+    router: RouterConfig
+
+
+def router_config(settings: Settings) -> RouterConfig:
+    fusion = "rrf" if settings.router_fusion == "rrf" else "minmax"
+    return RouterConfig(top_k=settings.router_top_k, candidates=settings.router_candidates, fusion=fusion,
+                        weights=settings.pathway_weights, force_include=settings.router_force_include,
+                        rrf_k=settings.rrf_k)
+
+
+# Questions about when, how often, in which order: the structured tools answer those exactly.
+_STRUCTURED = re.compile(
+    r"\b(when|what (?:year|month|date|day)|how (?:many|often|long)|first|last|before|after|since|until|"
+    r"count|times|ago)\b", re.IGNORECASE)
+
+
+def choose_mode(question: Question) -> Mode:
+    """`auto`: the structured tool loop for temporal and counting questions, assistants otherwise."""
+    if question.mode is not Mode.AUTO:
+        return question.mode
+    return Mode.AGENTIC if _STRUCTURED.search(question.question) else Mode.DEEP
 
 
 def format_excerpts(turns: list[RetrievedTurn], max_chars: int) -> str:
@@ -67,14 +93,41 @@ def evidence_from(turns: list[RetrievedTurn], chosen: list[int], fallback: int =
     ]
 
 
-def _tokens(master: Usage) -> dict[str, RoleTokens]:
+def _tokens(master: Usage, assistant: Usage | None = None) -> dict[str, RoleTokens]:
     tokens = {role: RoleTokens() for role in ROLES}
-    tokens["master"] = RoleTokens(prompt=master.prompt_tokens, completion=master.completion_tokens, calls=master.calls)
+    for role, usage in (("master", master), ("assistant", assistant or Usage())):
+        tokens[role] = RoleTokens(prompt=usage.prompt_tokens, completion=usage.completion_tokens, calls=usage.calls)
     return tokens
 
 
 async def answer_question(question: Question, deps: AnswerDeps) -> Answer:
-    """Answer in `fast` mode (the only one so far; other requested modes are served by it)."""
+    """Answer in the mode asked for (`auto` picks one); the answer says which ran."""
+    mode = choose_mode(question)
+    if mode is Mode.AGENTIC:
+        from .agentic import answer_agentic  # the tool loop and its SQL tools
+
+        result = await answer_agentic(question, deps)
+    elif mode is Mode.DEEP:
+        result = await _deep(question, deps)
+    else:
+        result = await answer_fast(question, deps)
+    deps.metrics.questions_answered.labels(result.mode.value, "abstained" if result.abstained else "answered").inc()
+    deps.metrics.answer_latency_seconds.labels(result.mode.value).observe(result.latency_ms / 1000)
+    return result
+
+
+async def _deep(question: Question, deps: AnswerDeps) -> Answer:
+    started = time.perf_counter()
+    result = await answer_deep(question, deps)
+    return Answer(
+        question_id=question.question_id, tenant=question.tenant, answer=result.answer,
+        abstained=result.abstained, evidence=result.evidence, mode=Mode.DEEP, latency_ms=_ms(started),
+        tokens=_tokens(result.master, result.assistants),
+    )
+
+
+async def answer_fast(question: Question, deps: AnswerDeps) -> Answer:
+    """One step: the best turns into one master call."""
     started = time.perf_counter()
     settings = deps.settings
     vector = (await asyncio.to_thread(deps.embedder.embed, [question.question]))[0]
@@ -111,8 +164,6 @@ async def answer_question(question: Question, deps: AnswerDeps) -> Answer:
             latency_ms=_ms(started),
             tokens=_tokens(reply.usage),
         )
-    deps.metrics.questions_answered.labels(result.mode.value, "abstained" if result.abstained else "answered").inc()
-    deps.metrics.answer_latency_seconds.labels(result.mode.value).observe(result.latency_ms / 1000)
     return result
 
 
@@ -120,7 +171,7 @@ def failed_answer(question: Question, error: Exception, started: float) -> Answe
     """What the asker receives when the model kept failing: an explicit abstention with the reason."""
     return Answer(
         question_id=question.question_id, tenant=question.tenant, answer="I could not answer: the model failed.",
-        abstained=True, evidence=[], mode=Mode.FAST, latency_ms=_ms(started), tokens=_tokens(Usage()),
+        abstained=True, evidence=[], mode=choose_mode(question), latency_ms=_ms(started), tokens=_tokens(Usage()),
         error=f"{type(error).__name__}: {str(error)[:300]}",
     )
 

@@ -26,7 +26,8 @@ from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
 from epistream.settings import Settings
 
-from .answer import AnswerDeps, answer_question, failed_answer
+from .answer import AnswerDeps, answer_question, failed_answer, router_config
+from .assistants import AssistantPool
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,17 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         create_client(settings), role="master", model=settings.llm_model, json_mode=settings.llm_json_mode,
         metrics=metrics, max_retries=settings.llm_max_retries,
     )
-    deps = AnswerDeps(settings=settings, pool=pool, embedder=embedder, master=master, metrics=metrics)
+    assistants = AssistantPool(
+        [
+            ModelClient(create_client(settings, base_url=url), role="assistant",
+                        model=settings.assistant_model or settings.llm_model, json_mode=settings.llm_json_mode,
+                        metrics=metrics, max_retries=settings.llm_max_retries)
+            for url in settings.assistant_urls
+        ],
+        concurrency=settings.assistant_concurrency, max_tokens=settings.assistant_max_tokens,
+    )
+    deps = AnswerDeps(settings=settings, pool=pool, embedder=embedder, master=master, metrics=metrics,
+                      assistants=assistants, router=router_config(settings))
     producer = create_producer(settings)
     consumer = AIOKafkaConsumer(
         settings.topic_questions,
@@ -107,7 +118,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     )
     await producer.start()
     await consumer.start()
-    metrics.serve(settings.answer_metrics_port)
+    metrics.serve(settings.answer_metrics_port, host=settings.metrics_host)
     log.info("answer consumer ready; metrics on :%d", settings.answer_metrics_port)
     lag_task = asyncio.create_task(_report_lag(settings, metrics, stop))
     try:

@@ -34,6 +34,7 @@ class Metrics:
     questions_answered: Counter
     answer_latency_seconds: Histogram
     consumer_lag: Gauge
+    router_candidates: Histogram
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -135,6 +136,12 @@ class Metrics:
                 "epistream_consumer_lag_messages",
                 "Messages not yet consumed, by consumer group and topic (summed over partitions).",
                 ["group", "topic"],
+                registry=reg,
+            ),
+            router_candidates=Histogram(
+                "epistream_router_candidates",
+                "Segments the router activated for one question.",
+                buckets=(0, 1, 2, 3, 5, 8, 10, 15, 20),
                 registry=reg,
             ),
         )

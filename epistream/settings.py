@@ -88,10 +88,23 @@ class Settings(BaseSettings):
     similar_threshold: float = Field(0.8, description="Cosine similarity above which gists get SIMILAR edges.")
     entity_merge_threshold: float = Field(0.92, description="Name-embedding similarity that merges two entities.")
 
+    # --- answering: router, assistants, master ------------------------------
+    router_top_k: int = Field(5, description="Segments activated per question.")
+    router_candidates: int = Field(50, description="Candidates each pathway takes from its index.")
+    router_fusion: str = Field("minmax", description="Pathway fusion: minmax (weighted) or rrf.")
+    router_weights: str = Field("0.3,0.4,0.3", description="Weights of summary, dense and lexical pathways.")
+    router_force_include: bool = Field(True, description="A turn matching every keyword force-includes its segment.")
+    assistant_base_urls: str = Field("", description="Comma-separated assistant endpoints. Empty: the LLM endpoint.")
+    assistant_model: str | None = Field(None, description="Assistant model name. Unset: the LLM model.")
+    assistant_concurrency: int = Field(4, description="Assistant reads in flight per question.")
+    assistant_max_tokens: int = Field(384, description="Completion budget of one assistant read.")
+    agentic_max_steps: int = Field(6, description="Tool calls the agentic master may make before it must answer.")
+
     # --- workers -------------------------------------------------------------
     indexer_group: str = Field("epistream-indexer", description="Faust app id (consumer group) of the indexer.")
     ingest_batch: int = Field(128, description="Turns the ingest agent takes at once.")
     ingest_batch_within_s: float = Field(0.2, description="Longest wait to fill a batch.")
+    metrics_host: str = Field("127.0.0.1", description="Address /metrics binds to (0.0.0.0 in containers).")
     ingest_metrics_port: int = 9101
     answer_metrics_port: int = 9102
     retrieve_top_k: int = Field(8, description="Turns given to the model per question.")
@@ -106,6 +119,18 @@ class Settings(BaseSettings):
     @property
     def extractor_model_name(self) -> str:
         return self.extractor_model or self.llm_model
+
+    @property
+    def assistant_urls(self) -> list[str]:
+        urls = [u.strip() for u in self.assistant_base_urls.split(",") if u.strip()]
+        return urls or [self.llm_base_url]
+
+    @property
+    def pathway_weights(self) -> tuple[float, float, float]:
+        values = [float(v) for v in self.router_weights.split(",")]
+        if len(values) != 3:
+            raise ValueError("EPISTREAM_ROUTER_WEIGHTS needs three numbers: summary, dense, lexical")
+        return values[0], values[1], values[2]
 
     @property
     def state_dir(self) -> Path:

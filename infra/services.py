@@ -190,6 +190,9 @@ def start_model_server(settings: Settings) -> str:
     if not settings.model_server_embedded:
         return f"external {settings.llm_base_url}"
     proc = ManagedProcess("model-server", settings.state_dir)
+    if proc.pid() is not None and port_open("127.0.0.1", settings.model_server_port):
+        # Already serving: a busy llama.cpp server answers /v1/models only between generations.
+        return f"pid {proc.pid()} on http://127.0.0.1:{settings.model_server_port}/v1 ({settings.llm_model})"
     if proc.pid() is None:
         if port_open("127.0.0.1", settings.model_server_port):
             raise ServiceError(f"port {settings.model_server_port} is taken by another process")

@@ -52,7 +52,7 @@ class IndexerResources(Service):
             max_retries=self.settings.llm_max_retries,
         )
         self._enrich = EnrichDeps(self.settings, self.pool, self.embedder, extractor, self.metrics)
-        self.metrics.serve(self.settings.ingest_metrics_port)
+        self.metrics.serve(self.settings.ingest_metrics_port, host=self.settings.metrics_host)
         log.info("indexer resources ready; metrics on :%d", self.settings.ingest_metrics_port)
 
     async def on_stop(self) -> None:

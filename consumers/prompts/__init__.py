@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 PROMPT_DIR = Path(__file__).resolve().parent
 ANSWER_PROMPT_VERSION = "answer_v1"
+ASSISTANT_PROMPT_VERSION = "assistant_v1"
+MASTER_PROMPT_VERSION = "master_v1"
 
 
 class MasterAnswer(BaseModel):
@@ -19,6 +21,22 @@ class MasterAnswer(BaseModel):
     answer: str = Field(max_length=300)
     abstain: bool
     evidence: list[int] = Field(default_factory=list, max_length=5)
+
+
+class QuotedEvidence(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    turn_id: str = Field(max_length=60)
+    quote: str = Field(min_length=1, max_length=400)
+
+
+class AssistantReply(BaseModel):
+    """What an assistant returns after reading one segment."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    relevant: bool
+    evidence: list[QuotedEvidence] = Field(default_factory=list, max_length=6)
 
 
 @cache

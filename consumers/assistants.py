@@ -1,0 +1,152 @@
+"""Assistants: small models that each read one activated segment and quote the
+evidence in it, in parallel over a pool of OpenAI-compatible endpoints (vLLM
+replicas in production).
+
+A segment always goes to the same endpoint (rendezvous hashing over the pool),
+and its text leads the prompt, so a replica's prefix cache serves the second
+question about the same segment without re-reading it."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from psycopg import AsyncConnection
+
+from epistream.errors import EpistreamError
+from epistream.llm import ModelClient, Usage
+
+from .prompts import ASSISTANT_PROMPT_VERSION, AssistantReply, load_prompt
+from .router import OPEN_SUFFIX, RoutedSegment
+
+log = logging.getLogger(__name__)
+
+SEGMENT_TURNS = """
+SELECT conversation_id, turn_id, speaker, text, ts FROM memory.turns
+WHERE tenant = %s AND conversation_id = %s AND turn_id = ANY(%s)
+ORDER BY ts, turn_id
+"""
+_SPACES = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class SegmentTurnText:
+    turn_id: str
+    speaker: str
+    text: str
+    ts: datetime
+
+
+@dataclass(frozen=True)
+class SegmentText:
+    segment_id: str
+    conversation_id: str
+    turns: list[SegmentTurnText]
+
+
+@dataclass(frozen=True)
+class QuotedTurn:
+    segment_id: str
+    conversation_id: str
+    turn_id: str
+    speaker: str
+    quote: str
+    time: datetime
+
+
+@dataclass(frozen=True)
+class Reading:
+    segment_id: str
+    endpoint: str
+    quotes: list[QuotedTurn]
+    usage: Usage
+    error: str | None = None
+
+
+def pick_endpoint(segment_id: str, endpoints: list[str]) -> int:
+    """Rendezvous hashing: stable per segment, and only 1/n of segments move when a replica joins."""
+    def weight(endpoint: str) -> int:
+        return int.from_bytes(hashlib.sha256(f"{endpoint}\x1f{segment_id}".encode()).digest()[:8], "big")
+    return max(range(len(endpoints)), key=lambda i: weight(endpoints[i]))
+
+
+async def load_segments(conn: AsyncConnection, tenant: str, routed: list[RoutedSegment]) -> list[SegmentText]:
+    texts = []
+    for segment in routed:
+        cur = await conn.execute(SEGMENT_TURNS, (tenant, segment.conversation_id, list(segment.turn_ids)))
+        turns = [SegmentTurnText(r[1], r[2], r[3], r[4]) for r in await cur.fetchall()]
+        if turns:
+            texts.append(SegmentText(segment.segment_id, segment.conversation_id, turns))
+    return texts
+
+
+def segment_prompt(segment: SegmentText) -> str:
+    lines = [f"[{t.ts:%Y-%m-%d %H:%M} ({t.ts:%A})] ({t.turn_id}) {t.speaker}: {t.text}" for t in segment.turns]
+    return "<segment>\n" + "\n".join(lines) + "\n</segment>"
+
+
+def build_messages(segment: SegmentText, question: str) -> list[dict[str, str]]:
+    # The segment leads and the question trails: the shared prefix is what a replica caches.
+    return [
+        {"role": "system", "content": load_prompt(ASSISTANT_PROMPT_VERSION)},
+        {"role": "user", "content": f"{segment_prompt(segment)}\n\nQuestion: {question}"},
+    ]
+
+
+def _normal(text: str) -> str:
+    return _SPACES.sub(" ", text.lower()).strip(" .,!?;:\"'")
+
+
+def verify(reply: AssistantReply, segment: SegmentText) -> list[QuotedTurn]:
+    """Keep quotes that really are in the segment (word for word, up to case and
+    spacing), attributed to the turn that contains them; drop the rest."""
+    quotes: list[QuotedTurn] = []
+    by_id = {t.turn_id: t for t in segment.turns}
+    for item in reply.evidence if reply.relevant else []:
+        wanted = _normal(item.quote)
+        if not wanted:
+            continue
+        claimed = by_id.get(item.turn_id)
+        candidates = ([claimed] if claimed else []) + [t for t in segment.turns if t is not claimed]
+        turn = next((t for t in candidates if wanted in _normal(t.text)), None)
+        if turn is None:
+            continue
+        if any(q.turn_id == turn.turn_id and q.quote == item.quote.strip() for q in quotes):
+            continue
+        quotes.append(QuotedTurn(segment.segment_id, segment.conversation_id, turn.turn_id, turn.speaker,
+                                 item.quote.strip(), turn.ts))
+    return quotes
+
+
+class AssistantPool:
+    """One ModelClient per endpoint, a bound on reads in flight, failures isolated per segment."""
+
+    def __init__(self, clients: list[ModelClient], *, concurrency: int, max_tokens: int) -> None:
+        if not clients:
+            raise ValueError("an assistant pool needs at least one endpoint")
+        self._clients = clients
+        self._endpoints = [c.endpoint_label for c in clients]
+        self._limit = asyncio.Semaphore(concurrency)
+        self._max_tokens = max_tokens
+
+    def endpoint_for(self, segment_id: str) -> ModelClient:
+        return self._clients[pick_endpoint(segment_id.removesuffix(OPEN_SUFFIX), self._endpoints)]
+
+    async def read(self, segment: SegmentText, question: str) -> Reading:
+        client = self.endpoint_for(segment.segment_id)
+        async with self._limit:
+            try:
+                result = await client.complete_json(build_messages(segment, question), AssistantReply,
+                                                    max_tokens=self._max_tokens)
+            except EpistreamError as exc:
+                # One failed read must not sink the question: the others may hold the answer.
+                log.warning("assistant read of %s failed: %s", segment.segment_id, type(exc).__name__)
+                return Reading(segment.segment_id, client.endpoint_label, [], Usage(), f"{type(exc).__name__}")
+        return Reading(segment.segment_id, client.endpoint_label, verify(result.value, segment), result.usage)
+
+    async def read_all(self, segments: list[SegmentText], question: str) -> list[Reading]:
+        return list(await asyncio.gather(*(self.read(s, question) for s in segments)))

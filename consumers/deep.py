@@ -1,0 +1,92 @@
+"""`deep` answering (E-mem): route to segments, let assistants quote evidence
+from each in parallel, let the master aggregate the quotes into an answer."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from epistream.contracts import Evidence, Question
+from epistream.db import tenant_scope
+from epistream.llm import Usage
+
+from .assistants import QuotedTurn, Reading, load_segments
+from .prompts import MASTER_PROMPT_VERSION, MasterAnswer, load_prompt
+from .router import RoutedSegment, route
+from .timefilter import DateRange, extract
+
+# Events are often told after they happen ("last month I..."): a period named in
+# the question also admits what was said shortly after it.
+TOLD_LATER = timedelta(days=31)
+
+
+@dataclass(frozen=True)
+class DeepResult:
+    answer: str
+    abstained: bool
+    evidence: list[Evidence]
+    master: Usage
+    assistants: Usage
+    routed: list[RoutedSegment]
+    readings: list[Reading]
+
+
+def window_for(question: Question) -> DateRange | None:
+    found = extract(question.question, question.asked_at)
+    return None if found is None else DateRange(found.start, found.end + TOLD_LATER)
+
+
+async def route_question(deps, question: Question, vector) -> list[RoutedSegment]:  # type: ignore[no-untyped-def]
+    """Route with the question's time filter, falling back to none when it empties the result."""
+    window = window_for(question)
+    async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
+        routed = await route(conn, tenant=question.tenant, question=question.question, vector=vector,
+                             conversation_ids=question.conversation_ids, config=deps.router, window=window)
+        if not routed and window is not None:
+            routed = await route(conn, tenant=question.tenant, question=question.question, vector=vector,
+                                 conversation_ids=question.conversation_ids, config=deps.router)
+    deps.metrics.router_candidates.observe(len(routed))
+    return routed
+
+
+def evidence_lines(quotes: list[QuotedTurn]) -> str:
+    return "\n".join(
+        f"[{n}] {q.time:%Y-%m-%d %H:%M (%A)} {q.speaker}: {q.quote}" for n, q in enumerate(quotes, start=1)
+    )
+
+
+def master_messages(question: Question, quotes: list[QuotedTurn]) -> list[dict[str, str]]:
+    asked = (question.asked_at or datetime.now(UTC)).strftime("%Y-%m-%d")
+    user = f"<evidence>\n{evidence_lines(quotes)}\n</evidence>\n\nToday is {asked}. Question: {question.question}"
+    return [{"role": "system", "content": load_prompt(MASTER_PROMPT_VERSION)}, {"role": "user", "content": user}]
+
+
+def to_evidence(quotes: list[QuotedTurn]) -> list[Evidence]:
+    return [
+        Evidence(conversation_id=q.conversation_id, segment_id=q.segment_id, turn_ids=[q.turn_id], quote=q.quote,
+                 time=q.time, speaker=q.speaker)
+        for q in quotes
+    ]
+
+
+async def answer_deep(question: Question, deps) -> DeepResult:  # type: ignore[no-untyped-def]
+    vector = (await asyncio.to_thread(deps.embedder.embed, [question.question]))[0]
+    routed = await route_question(deps, question, vector)
+    async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
+        segments = await load_segments(conn, question.tenant, routed)
+    readings = await deps.assistants.read_all(segments, question.question)
+    assistant_usage = sum((r.usage for r in readings), Usage())
+    # In time order, so "the most recent" is also the last line the master reads.
+    quotes = sorted((q for r in readings for q in r.quotes), key=lambda q: (q.time, q.turn_id))
+    if not quotes:
+        return DeepResult("I don't know: nothing in this memory supports an answer.", True, [], Usage(),
+                          assistant_usage, routed, readings)
+    reply = await deps.master.complete_json(master_messages(question, quotes), MasterAnswer,
+                                            max_tokens=deps.settings.llm_max_tokens)
+    cited = [quotes[n - 1] for n in dict.fromkeys(reply.value.evidence) if 1 <= n <= len(quotes)] or quotes
+    return DeepResult(
+        answer=reply.value.answer.strip() or "I don't know", abstained=reply.value.abstain,
+        evidence=[] if reply.value.abstain else to_evidence(cited), master=reply.usage,
+        assistants=assistant_usage, routed=routed, readings=readings,
+    )
