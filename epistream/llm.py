@@ -13,7 +13,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
 
 import openai
@@ -101,6 +101,36 @@ class ModelClient:
         self._backoff_s = backoff_s
         # host:port of the endpoint: bounded by configuration, never by input.
         self.endpoint_label = endpoint_label or endpoint_name(str(client.base_url))
+        self._last_transient: Exception | None = None
+
+    async def _create(self, attempt: int, **request: Any) -> Any | None:
+        """One request, measured. None: a retryable failure (already waited out); raises otherwise."""
+        started = time.perf_counter()
+        try:
+            response = await self._client.chat.completions.create(model=self.model, **request)
+        except Exception as exc:  # classified just below
+            self._metrics.model_latency_seconds.labels(self.role, self.endpoint_label).observe(
+                time.perf_counter() - started)
+            if not _is_retryable(exc):
+                self._metrics.model_requests.labels(self.role, self.endpoint_label, "failed").inc()
+                raise ModelUnavailable(f"{self.role} model call failed: {type(exc).__name__}: {exc}") from exc
+            self._metrics.model_requests.labels(self.role, self.endpoint_label, "retry").inc()
+            log.warning("%s model call attempt %d failed: %s", self.role, attempt, type(exc).__name__)
+            self._last_transient = exc
+            await self._sleep(attempt)
+            return None
+        self._metrics.model_latency_seconds.labels(self.role, self.endpoint_label).observe(time.perf_counter() - started)
+        return response
+
+    def _count_usage(self, response: Any) -> Usage:
+        usage = Usage(
+            response.usage.prompt_tokens if response.usage else 0,
+            response.usage.completion_tokens if response.usage else 0,
+            1,
+        )
+        self._metrics.model_tokens.labels(self.role, self.endpoint_label, "prompt").inc(usage.prompt_tokens)
+        self._metrics.model_tokens.labels(self.role, self.endpoint_label, "completion").inc(usage.completion_tokens)
+        return usage
 
     async def complete_json(
         self,
@@ -115,34 +145,14 @@ class ModelClient:
         conversation = list(messages)
         last_error: Exception | None = None
         for attempt in range(1, self._max_retries + 2):
-            started = time.perf_counter()
-            try:
-                response = await self._client.chat.completions.create(
-                    model=self.model,
-                    messages=conversation,  # type: ignore[arg-type]
-                    max_tokens=max_tokens,
-                    temperature=temperature,
-                    response_format=response_format(schema_model, self._json_mode),  # type: ignore[arg-type]
-                )
-            except Exception as exc:  # classified just below
-                self._metrics.model_latency_seconds.labels(self.role, self.endpoint_label).observe(time.perf_counter() - started)
-                if not _is_retryable(exc):
-                    self._metrics.model_requests.labels(self.role, self.endpoint_label, "failed").inc()
-                    raise ModelUnavailable(f"{self.role} model call failed: {type(exc).__name__}: {exc}") from exc
-                last_error = exc
-                self._metrics.model_requests.labels(self.role, self.endpoint_label, "retry").inc()
-                log.warning("%s model call attempt %d failed: %s", self.role, attempt, type(exc).__name__)
-                await self._sleep(attempt)
-                continue
-            self._metrics.model_latency_seconds.labels(self.role, self.endpoint_label).observe(time.perf_counter() - started)
-            call_usage = Usage(
-                response.usage.prompt_tokens if response.usage else 0,
-                response.usage.completion_tokens if response.usage else 0,
-                1,
+            response = await self._create(
+                attempt, messages=conversation, max_tokens=max_tokens, temperature=temperature,
+                response_format=response_format(schema_model, self._json_mode),
             )
-            usage = usage + call_usage
-            self._metrics.model_tokens.labels(self.role, self.endpoint_label, "prompt").inc(call_usage.prompt_tokens)
-            self._metrics.model_tokens.labels(self.role, self.endpoint_label, "completion").inc(call_usage.completion_tokens)
+            if response is None:
+                last_error = self._last_transient
+                continue
+            usage = usage + self._count_usage(response)
             content = (response.choices[0].message.content or "") if response.choices else ""
             try:
                 # strict=False: raw newlines inside strings are harmless in data.
@@ -162,6 +172,24 @@ class ModelClient:
         if isinstance(last_error, (json.JSONDecodeError, ValidationError)):
             raise ModelOutputError(f"{self.role} output invalid after retries: {_short(last_error)}")
         raise ModelUnavailable(f"{self.role} model unavailable after retries: {_short(last_error)}")
+
+    async def complete_tool_call(
+        self, messages: list[dict[str, str]], tools: list[dict[str, Any]], *, max_tokens: int
+    ) -> tuple[str, str, Usage]:
+        """The OpenAI tools API: the one function the model calls, with its raw JSON arguments."""
+        usage = Usage()
+        for attempt in range(1, self._max_retries + 2):
+            response = await self._create(attempt, messages=messages, tools=tools, tool_choice="required",
+                                          max_tokens=max_tokens, temperature=0.0)
+            if response is None:
+                continue
+            usage = usage + self._count_usage(response)
+            calls = response.choices[0].message.tool_calls if response.choices else None
+            if calls:
+                self._metrics.model_requests.labels(self.role, self.endpoint_label, "ok").inc()
+                return calls[0].function.name, calls[0].function.arguments or "{}", usage
+            self._metrics.model_requests.labels(self.role, self.endpoint_label, "invalid_output").inc()
+        raise ModelOutputError(f"{self.role} made no tool call after retries")
 
     async def _sleep(self, attempt: int) -> None:
         await asyncio.sleep(self._backoff_s * (2 ** (attempt - 1)) * (0.5 + random.random()))

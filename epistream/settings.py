@@ -98,6 +98,7 @@ class Settings(BaseSettings):
     assistant_model: str | None = Field(None, description="Assistant model name. Unset: the LLM model.")
     assistant_concurrency: int = Field(4, description="Assistant reads in flight per question.")
     assistant_max_tokens: int = Field(384, description="Completion budget of one assistant read.")
+    llm_tools_api: bool = Field(False, description="The master endpoint supports the OpenAI tools API.")
     agentic_max_steps: int = Field(6, description="Tool calls the agentic master may make before it must answer.")
 
     # --- workers -------------------------------------------------------------

@@ -1,0 +1,28 @@
+"""Writes .env.example from the settings object, so the two never disagree.
+
+    python -m infra.env_example > .env.example
+"""
+
+from __future__ import annotations
+
+from epistream.settings import Settings
+
+
+def render() -> str:
+    lines = ["# epistream settings: every variable is optional; these are the defaults."]
+    for name, field in Settings.model_fields.items():
+        default = field.default
+        if default is None:
+            default = ""
+        elif hasattr(default, "get_secret_value"):
+            default = default.get_secret_value()
+        elif hasattr(default, "value"):
+            default = default.value
+        if field.description:
+            lines.append(f"# {field.description}")
+        lines.append(f"EPISTREAM_{name.upper()}={default}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")
