@@ -19,9 +19,10 @@ from epistream.metrics import Metrics
 from epistream.settings import Settings
 
 from .assistants import AssistantPool
+from .context import ContextItem, gist_and_fact_items, turn_item
 from .deep import answer_deep
 from .prompts import ANSWER_PROMPT_VERSION, MasterAnswer, load_prompt
-from .retrieve import RetrievedTurn, search_turns
+from .retrieve import search_turns
 from .router import RouterConfig
 
 log = logging.getLogger(__name__)
@@ -61,11 +62,11 @@ def choose_mode(question: Question) -> Mode:
     return Mode.AGENTIC if _STRUCTURED.search(question.question) else Mode.DEEP
 
 
-def format_excerpts(turns: list[RetrievedTurn], max_chars: int) -> str:
-    """Numbered, dated excerpts in time order, cut to the prompt budget."""
+def format_excerpts(items: list[ContextItem], max_chars: int) -> str:
+    """Numbered, dated excerpts, cut to the prompt budget (never below one)."""
     lines, used = [], 0
-    for number, turn in enumerate(turns, start=1):
-        line = f"[{number}] {turn.ts:%Y-%m-%d %H:%M (%A)} {turn.speaker}: {turn.text}"
+    for number, item in enumerate(items, start=1):
+        line = f"[{number}] {item.line}"
         if used + len(line) > max_chars and lines:
             break
         lines.append(line)
@@ -73,24 +74,19 @@ def format_excerpts(turns: list[RetrievedTurn], max_chars: int) -> str:
     return "\n".join(lines)
 
 
-def build_messages(question: Question, turns: list[RetrievedTurn], max_chars: int) -> list[dict[str, str]]:
+def build_messages(question: Question, items: list[ContextItem], max_chars: int) -> list[dict[str, str]]:
     asked = (question.asked_at or datetime.now(UTC)).strftime("%Y-%m-%d")
     user = (
-        f"<memory>\n{format_excerpts(turns, max_chars)}\n</memory>\n\n"
+        f"<memory>\n{format_excerpts(items, max_chars)}\n</memory>\n\n"
         f"Today is {asked}. Question: {question.question}"
     )
     return [{"role": "system", "content": load_prompt(ANSWER_PROMPT_VERSION)}, {"role": "user", "content": user}]
 
 
-def evidence_from(turns: list[RetrievedTurn], chosen: list[int], fallback: int = 3) -> list[Evidence]:
-    """The excerpts the model cited (only numbers that exist); else the best-ranked ones."""
-    picked = [turns[n - 1] for n in dict.fromkeys(chosen) if 1 <= n <= len(turns)]
-    if not picked:
-        picked = turns[:fallback]
-    return [
-        Evidence(conversation_id=t.conversation_id, turn_ids=[t.turn_id], quote=t.text, time=t.ts, speaker=t.speaker)
-        for t in picked
-    ]
+def evidence_from(items: list[ContextItem], chosen: list[int], fallback: int = 3) -> list[Evidence]:
+    """The excerpts the model cited (only numbers that exist); else the first ones."""
+    picked = [items[n - 1] for n in dict.fromkeys(chosen) if 1 <= n <= len(items)]
+    return [item.evidence for item in (picked or items[:fallback])]
 
 
 def _tokens(master: Usage, assistant: Usage | None = None) -> dict[str, RoleTokens]:
@@ -127,7 +123,7 @@ async def _deep(question: Question, deps: AnswerDeps) -> Answer:
 
 
 async def answer_fast(question: Question, deps: AnswerDeps) -> Answer:
-    """One step: the best turns into one master call."""
+    """One step: the best gists, the facts about named entities and the best turns, in one master call."""
     started = time.perf_counter()
     settings = deps.settings
     vector = (await asyncio.to_thread(deps.embedder.embed, [question.question]))[0]
@@ -142,16 +138,18 @@ async def answer_fast(question: Question, deps: AnswerDeps) -> Answer:
             pool=settings.retrieve_pool,
             rrf_k=settings.rrf_k,
         )
-    # Excerpts in time order read like the conversation did.
-    turns = sorted(turns, key=lambda t: t.ts)
-    if not turns:
+        structured = await gist_and_fact_items(conn, tenant=question.tenant, question=question.question,
+                                               vector=vector, conversation_ids=question.conversation_ids)
+    # Gists and facts first (dense, dated), then the turns in time order, as the conversation read.
+    items = structured + [turn_item(t) for t in sorted(turns, key=lambda t: t.ts)]
+    if not items:
         result = Answer(
             question_id=question.question_id, tenant=question.tenant, answer=NO_MEMORY_ANSWER, abstained=True,
             evidence=[], mode=Mode.FAST, latency_ms=_ms(started), tokens=_tokens(Usage()),
         )
     else:
         reply = await deps.master.complete_json(
-            build_messages(question, turns, settings.answer_context_chars), MasterAnswer,
+            build_messages(question, items, settings.answer_context_chars), MasterAnswer,
             max_tokens=settings.llm_max_tokens,
         )
         result = Answer(
@@ -159,7 +157,7 @@ async def answer_fast(question: Question, deps: AnswerDeps) -> Answer:
             tenant=question.tenant,
             answer=reply.value.answer.strip() or "I don't know",
             abstained=reply.value.abstain,
-            evidence=[] if reply.value.abstain else evidence_from(turns, reply.value.evidence),
+            evidence=[] if reply.value.abstain else evidence_from(items, reply.value.evidence),
             mode=Mode.FAST,
             latency_ms=_ms(started),
             tokens=_tokens(reply.usage),

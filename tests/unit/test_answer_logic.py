@@ -3,6 +3,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from consumers.answer import build_messages, evidence_from, format_excerpts
+from consumers.context import turn_item
 from consumers.prompts import MasterAnswer, load_prompt
 from consumers.retrieve import RetrievedTurn
 from epistream.contracts import Question
@@ -16,7 +17,7 @@ def _turn(i: int, text: str) -> RetrievedTurn:
                          score=1.0 / i, dense_rank=i, lexical_rank=None)
 
 
-TURNS = [_turn(1, "I moved to Lisbon."), _turn(2, "I adopted a cat."), _turn(3, "I ran a 10k.")]
+TURNS = [turn_item(t) for t in (_turn(1, "I moved to Lisbon."), _turn(2, "I adopted a cat."), _turn(3, "I ran a 10k."))]
 
 
 def test_excerpts_are_numbered_and_dated():
