@@ -86,16 +86,17 @@ def collect_evidence(observation: Any, seen: dict[str, Evidence]) -> None:
 
 async def _assistant_read(deps, question: Question, result: dict[str, Any]) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """`read_segment` is an assistant read: quotes for this question, not the whole text."""
+    segment = result.get("segment") or {}
     turns = [
         SegmentTurnText(t["turn_id"], t["speaker"], t["text"], datetime.fromisoformat(t["ts"]))
-        for t in result.get("turns", [])
+        for t in segment.get("turns", [])
     ]
     if not turns:
-        return result
+        return result  # not found: the model reads the error
     reading = await deps.assistants.read(
-        SegmentText(result["segment_id"], result["conversation_id"], turns), question.question)
+        SegmentText(segment["segment_id"], segment["conversation_id"], turns), question.question)
     return {
-        "segment_id": result["segment_id"], "summary": result.get("summary"),
+        "segment_id": segment["segment_id"], "summary": segment.get("summary"),
         "quotes": [{"turn_id": q.turn_id, "speaker": q.speaker, "text": q.quote, "ts": q.time.isoformat(),
                     "conversation_id": q.conversation_id, "segment_id": q.segment_id} for q in reading.quotes],
         "_usage": reading.usage,

@@ -201,6 +201,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(_settings(), start=not args.no_start)
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from bench.locomo_eval import run_from_args
+
+    return run_from_args(args, settings=_settings())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="epistream", description="Streaming episodic memory for LLM agents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -247,6 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="start everything, stream the sample conversation, ask its questions")
     p.add_argument("--no-start", action="store_true", help="use the running stack")
     p.set_defaults(func=cmd_demo)
+
+    from bench.locomo_eval import add_arguments as add_eval_arguments
+
+    p = sub.add_parser("eval", help="evaluate on a LoCoMo-format file: answers, router recall, baselines")
+    add_eval_arguments(p).set_defaults(func=cmd_eval)
     return parser
 
 

@@ -105,3 +105,19 @@ def test_malformed_question_is_dead_lettered_and_later_questions_are_answered(st
     follow_up = Question(question_id=f"q-{uuid.uuid4()}", tenant=unique("t"), question="Anything?", mode=Mode.FAST)
     assert isinstance(asyncio.run(ask(stack, follow_up, timeout_s=120)), Answer)
 
+
+
+@pytest.mark.parametrize("mode", [Mode.DEEP, Mode.AGENTIC])
+def test_deep_and_agentic_questions_through_kafka_with_the_local_model(stack, two_conversations, mode):
+    tenant, asked, _, _ = two_conversations
+    question = Question(
+        question_id=f"q-{uuid.uuid4()}", tenant=tenant, question="Who started violin lessons at the conservatory?",
+        conversation_ids=[asked], asked_at=datetime(2024, 6, 1, tzinfo=timezone.utc), mode=mode,
+    )
+    answer = asyncio.run(ask(stack, question, timeout_s=300))
+    assert answer.mode is mode and answer.error is None, answer.error
+    assert answer.tokens["master"].calls >= 1 or answer.abstained
+    if mode is Mode.DEEP:
+        assert answer.tokens["assistant"].calls >= 1, "the open segment was read by an assistant"
+    for ev in answer.evidence:
+        assert ev.conversation_id == asked
