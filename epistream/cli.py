@@ -187,6 +187,17 @@ def cmd_forget(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prometheus(args: argparse.Namespace) -> int:
+    from infra import prometheus_server
+
+    settings = _settings()
+    if args.action == "down":
+        print("stopped" if prometheus_server.stop(settings.state_dir / prometheus_server.NAME) else "was not running")
+        return 0
+    print(prometheus_server.start_for(settings, port=args.port))
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     from .db import apply_migrations, database_url
 
@@ -196,15 +207,23 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from .contracts import Mode
     from .demo import run_demo
 
-    return run_demo(_settings(), start=not args.no_start)
+    return run_demo(_settings(), start=not args.no_start, mode=Mode(args.mode))
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from bench.locomo_eval import run_from_args
-
-    return run_from_args(args, settings=_settings())
+    # The harness lives in bench/ of the source checkout, beside this package.
+    root = Path(__file__).resolve().parent.parent
+    if (root / "bench" / "locomo_eval.py").exists() and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    try:
+        from bench.locomo_eval import main as run_eval
+    except ImportError as exc:
+        print(f"epistream eval needs the source checkout's bench/ and matplotlib: {exc}", file=sys.stderr)
+        return 2
+    return run_eval(args.eval_args, settings=_settings(), prog="epistream eval")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -248,16 +267,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--whole-tenant", action="store_true", help="forget every conversation of the tenant")
     p.set_defaults(func=cmd_forget)
 
+    p = sub.add_parser("prometheus", help="a local Prometheus scraping the workers, with the alert rules")
+    p.add_argument("action", choices=["up", "down"])
+    p.add_argument("--port", type=int, default=19090)
+    p.set_defaults(func=cmd_prometheus)
+
     sub.add_parser("migrate", help="apply pending SQL migrations").set_defaults(func=cmd_migrate)
 
     p = sub.add_parser("demo", help="start everything, stream the sample conversation, ask its questions")
     p.add_argument("--no-start", action="store_true", help="use the running stack")
+    p.add_argument("--mode", default="fast", choices=["fast", "deep", "agentic", "auto"],
+                   help="answering mode for the sample questions (fast: one model call each)")
     p.set_defaults(func=cmd_demo)
 
-    from bench.locomo_eval import add_arguments as add_eval_arguments
-
-    p = sub.add_parser("eval", help="evaluate on a LoCoMo-format file: answers, router recall, baselines")
-    add_eval_arguments(p).set_defaults(func=cmd_eval)
+    p = sub.add_parser("eval", add_help=False,
+                       help="evaluate on a LoCoMo-format file: answers, router recall, baselines (eval --help)")
+    p.add_argument("eval_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_eval)
     return parser
 
 
@@ -266,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["sql"]:
         # Everything after `sql` belongs to psql (-v, -c, -f ...), untouched.
         args = argparse.Namespace(command="sql", func=cmd_sql, psql_args=argv[1:], verbose=False)
+    elif argv[:1] == ["eval"]:
+        # Everything after `eval` belongs to the harness's own parser (bench/locomo_eval.py).
+        args = argparse.Namespace(command="eval", func=cmd_eval, eval_args=argv[1:], verbose=False)
     else:
         args = build_parser().parse_args(argv)
     logging.basicConfig(

@@ -43,7 +43,7 @@ def wait_until_stored(settings: Settings, turns: list[Turn], timeout_s: float = 
     raise TimeoutError(f"only {stored} of {len(keys)} turns stored after {timeout_s:.0f}s")
 
 
-def run_demo(settings: Settings, *, start: bool = True) -> int:
+def run_demo(settings: Settings, *, start: bool = True, mode: Mode = Mode.FAST) -> int:
     from .cli import _print_answer
 
     if start:
@@ -61,7 +61,7 @@ def run_demo(settings: Settings, *, start: bool = True) -> int:
     for item in json.loads(SAMPLE_QUESTIONS.read_text()):
         question = Question(
             question_id=f"demo-{uuid.uuid4()}", tenant=turns[0].tenant, question=item["question"],
-            conversation_ids=[turns[0].conversation_id], asked_at=asked_at, mode=Mode.FAST,
+            conversation_ids=[turns[0].conversation_id], asked_at=asked_at, mode=mode,
         )
         answer = asyncio.run(ask(settings, question))
         _print_answer(answer, item["question"])

@@ -246,7 +246,11 @@ def up(settings: Settings, *, workers: bool = True) -> list[ServiceStatus]:
 
 
 def down(settings: Settings) -> list[ServiceStatus]:
+    from . import prometheus_server  # started separately, by `epistream prometheus up`
+
     stopped = []
+    if prometheus_server.stop(settings.state_dir / prometheus_server.NAME):
+        stopped.append(ServiceStatus("prometheus", False, "stopped"))
     for worker in WORKERS:
         stopped.append(ServiceStatus(f"worker-{worker}", False, _stopped(ManagedProcess(f"worker-{worker}", settings.state_dir).stop())))
     stopped.append(ServiceStatus("model-server", False, _stopped(ManagedProcess("model-server", settings.state_dir).stop())))

@@ -112,7 +112,7 @@ def test_deep_and_agentic_questions_through_kafka_with_the_local_model(stack, tw
     tenant, asked, _, _ = two_conversations
     question = Question(
         question_id=f"q-{uuid.uuid4()}", tenant=tenant, question="Who started violin lessons at the conservatory?",
-        conversation_ids=[asked], asked_at=datetime(2024, 6, 1, tzinfo=timezone.utc), mode=mode,
+        conversation_ids=[asked], asked_at=datetime(2024, 6, 1, tzinfo=UTC), mode=mode,
     )
     answer = asyncio.run(ask(stack, question, timeout_s=300))
     assert answer.mode is mode and answer.error is None, answer.error
