@@ -32,6 +32,8 @@ TEST_ENV = {
     "EPISTREAM_SEGMENT_IDLE_S": "3",
     "EPISTREAM_SEGMENT_CHECK_EVERY_S": "1",
     "EPISTREAM_EXTRACTOR_MAX_TOKENS": "700",
+    # The tiny CPU model takes seconds a step: keep the agentic loop short in tests.
+    "EPISTREAM_AGENTIC_MAX_STEPS": "3",
 }
 for _name, _value in TEST_ENV.items():
     os.environ.setdefault(_name, _value)
