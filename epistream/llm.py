@@ -49,12 +49,14 @@ class StructuredResult(Generic[T]):
     attempts: int
 
 
-def create_client(settings: Settings, *, base_url: str | None = None) -> openai.AsyncOpenAI:
+def create_client(
+    settings: Settings, *, base_url: str | None = None, timeout_s: float | None = None
+) -> openai.AsyncOpenAI:
     # The client's own retries are off: ours are bounded, counted and logged.
     return openai.AsyncOpenAI(
         base_url=base_url or settings.llm_base_url,
         api_key=settings.llm_api_key.get_secret_value(),
-        timeout=settings.llm_timeout_s,
+        timeout=timeout_s or settings.llm_timeout_s,
         max_retries=0,
     )
 

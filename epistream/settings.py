@@ -76,7 +76,8 @@ class Settings(BaseSettings):
 
     extractor_base_url: str | None = Field(None, description="Endpoint for enrichment. Unset: the LLM endpoint.")
     extractor_model: str | None = Field(None, description="Model for enrichment. Unset: the LLM model.")
-    extractor_max_tokens: int = Field(1024, description="Completion budget of one enrichment call.")
+    extractor_max_tokens: int = Field(1536, description="Completion budget of one enrichment call.")
+    extractor_timeout_s: float = Field(300.0, description="Per-request timeout of an enrichment call (long prompts).")
 
     # --- segments and enrichment --------------------------------------------
     segment_max_tokens: int = Field(4096, description="Token budget that closes a segment.")

@@ -47,7 +47,8 @@ class IndexerResources(Service):
         await self.pool.open(wait=True)
         self.embedder = Embedder.from_settings(self.settings)
         extractor = ModelClient(
-            create_client(self.settings, base_url=self.settings.extractor_url), role="extractor",
+            create_client(self.settings, base_url=self.settings.extractor_url,
+                          timeout_s=self.settings.extractor_timeout_s), role="extractor",
             model=self.settings.extractor_model_name, json_mode=self.settings.llm_json_mode, metrics=self.metrics,
             max_retries=self.settings.llm_max_retries,
         )
