@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 import psycopg
 
-from epistream.client import produce_raw
 from epistream.contracts import Turn
-from epistream.kafka_io import create_producer, partitions_of
 from epistream.settings import Settings
 
+from .cleanup import seal_tenant
+from .produce import Record, send_burst, send_one_by_one
 from .stack import process_cpu_seconds, worker_pid
 from .worker_metrics import IngestCounters, scrape
 
@@ -27,7 +27,7 @@ WARMUP_STALL_S = 600.0
 @dataclass(frozen=True)
 class IngestFigures:
     turns: int
-    produce_s: float  # produce_raw's own time (all sends acked)
+    produce_s: float  # the producer's own time (all sends acked)
     wall_s: float  # before the first produce -> poll sees the last row
     db_span_s: float  # min(produced_at) -> max(stored_at), from the rows themselves
     latency_p50_s: float
@@ -71,24 +71,6 @@ def wait_for_rows(
             time.sleep(POLL_S)
 
 
-async def _produce_to_every_partition(settings: Settings, turns: list[Turn]) -> None:
-    # Explicit partitions, not keys: every partition must carry a warm-up turn so
-    # that waiting for them also drains any backlog the worker had on any partition.
-    parts = await partitions_of(settings, settings.topic_turns)
-    producer = create_producer(settings)
-    await producer.start()
-    try:
-        for i, turn in enumerate(turns):
-            await producer.send_and_wait(
-                settings.topic_turns,
-                key=turn.conversation_id.encode(),
-                value=turn.to_bytes(),
-                partition=parts[i % len(parts)],
-            )
-    finally:
-        await producer.stop()
-
-
 @dataclass(frozen=True)
 class WarmUp:
     seconds: float
@@ -98,33 +80,40 @@ class WarmUp:
     latency_max_s: float
 
 
-def warm_up(settings: Settings, url: str, turns: list[Turn]) -> WarmUp:
-    """Push a few turns through the worker (ONNX session, pool, consumer group) and wait for them."""
+def warm_up(settings: Settings, url: str, records: list[Record]) -> WarmUp:
+    """Push a few turns through the worker (ONNX session, pool, consumer group) and wait for them.
+
+    Every partition must carry a warm-up turn, so that waiting for them also
+    drains any backlog the worker had on any partition (the caller sets them).
+    """
+    tenant = Turn.from_bytes(records[0].value).tenant
     started = time.perf_counter()
-    asyncio.run(_produce_to_every_partition(settings, turns))
-    seconds = wait_for_rows(url, turns[0].tenant, len(turns), stall_s=WARMUP_STALL_S) - started
-    latencies, _ = _row_timings(url, turns[0].tenant)
+    asyncio.run(send_one_by_one(settings, records))
+    seconds = wait_for_rows(url, tenant, len(records), stall_s=WARMUP_STALL_S) - started
+    seal_tenant(url, tenant)  # its conversations would otherwise close by idleness during the measured run
+    latencies, _ = _row_timings(url, tenant)
     return WarmUp(seconds, float(np.median(latencies)), float(latencies.max()))
 
 
-def measure_ingest(settings: Settings, url: str, turns: list[Turn]) -> IngestFigures:
-    tenant = turns[0].tenant
-    records = [(t.conversation_id.encode(), t.to_bytes()) for t in turns]  # serialised before the clock starts
+def measure_ingest(settings: Settings, url: str, tenant: str, records: list[Record]) -> IngestFigures:
+    """`records` are serialised before the clock starts."""
     before = scrape(settings)
     pid = worker_pid(settings)
     cpu_before = process_cpu_seconds(pid)
     started = time.perf_counter()
-    asyncio.run(produce_raw(settings, records))
-    produced = time.perf_counter()
-    done = wait_for_rows(url, tenant, len(turns))
+    produce_s = asyncio.run(send_burst(settings, records))
+    done = wait_for_rows(url, tenant, len(records))
+    # At once, before any of its conversations reaches the worker's idle timeout: nothing of this
+    # tenant closes from now on, so the run leaves no enrichment work behind.
+    seal_tenant(url, tenant)
     cpu_after = process_cpu_seconds(pid)
     time.sleep(0.5)  # the worker observes its histograms just after the commit we saw
     after = scrape(settings)
     latencies, db_span = _row_timings(url, tenant)
     p50, p95 = np.percentile(latencies, [50, 95])
     return IngestFigures(
-        turns=len(turns),
-        produce_s=produced - started,
+        turns=len(records),
+        produce_s=produce_s,
         wall_s=done - started,
         db_span_s=db_span,
         latency_p50_s=float(p50),
@@ -152,7 +141,3 @@ def _row_timings(url: str, tenant: str) -> tuple[np.ndarray, float]:
         ).fetchone()
     return np.array([r[0] for r in rows], dtype=np.float64), float(span[0]) if span else float("nan")
 
-
-def delete_tenant(url: str, tenant: str) -> int:
-    with psycopg.connect(url) as conn:
-        return conn.execute("DELETE FROM memory.turns WHERE tenant = %s", (tenant,)).rowcount

@@ -114,6 +114,7 @@ def markdown(result: dict[str, Any]) -> str:
         *_breakdown_line(result.get("worker_breakdown"), result["seconds"]["ingest_wall"]),
         *_cores_line(result.get("cores_used"), m["nproc"]),
         *_per_cpu_line(result.get("per_cpu_second")),
+        *_concurrent_line(result.get("concurrent_enrichment")),
         f"Ratios: ingest/embedding {r['ingest_over_embedding']:.2f}, ingest/COPY {r['ingest_over_copy']:.3f}, "
         f"embedding/COPY {r['embedding_over_copy']:.3f}.",
     ]
@@ -148,5 +149,18 @@ def _per_cpu_line(per_cpu: dict[str, float] | None) -> list[str]:
     return [
         f"Per CPU-second: ingest worker {per_cpu['ingest_worker_turns']:.1f} turns, embedding "
         f"{per_cpu['embedding_sentences']:.1f} sentences (ratio {per_cpu['ingest_over_embedding']:.2f}).",
+        "",
+    ]
+
+
+def _concurrent_line(concurrent: dict[str, Any] | None) -> list[str]:
+    """What else used the cores during the measured run: the model server enriching, neighbours."""
+    if not concurrent or not concurrent.get("cpu"):
+        return []
+    cpu = concurrent["cpu"]
+    others = ", ".join(f"{p['process']} {p['cpu_s']:.0f}" for p in cpu["top_processes"][:4])
+    return [
+        f"Meanwhile (warm-up + ingest, {cpu['wall_s']:.0f} s x {cpu['cores']} cores): {cpu['machine_busy_cpu_s']:.0f} "
+        f"CPU-s used: {others}; extractor model calls finished: {concurrent['extractor_calls']}.",
         "",
     ]

@@ -1,45 +1,135 @@
-"""Read the ingest worker's Prometheus counters, to split its time into embedding and storing."""
+"""Read the ingest worker's Prometheus counters: its ingest time split, and the extractor's calls and tokens.
+
+Counters are cumulative since the worker started, so every figure is a
+difference between two scrapes. They are per worker, not per tenant: another
+tenant's work in between is in the difference too (the enrichment report
+checks for that in the database).
+"""
 
 from __future__ import annotations
 
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Generic, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from epistream.settings import Settings
 
-
-@dataclass(frozen=True)
-class IngestCounters:
-    batches: float = 0.0
-    batch_seconds: float = 0.0
-    embed_seconds: float = 0.0
-    turns: float = 0.0
-
-    def __sub__(self, other: IngestCounters) -> IngestCounters:
-        return IngestCounters(
-            self.batches - other.batches,
-            self.batch_seconds - other.batch_seconds,
-            self.embed_seconds - other.embed_seconds,
-            self.turns - other.turns,
-        )
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def scrape(settings: Settings) -> IngestCounters | None:
-    """The worker's cumulative counters, or None where /metrics cannot be read (the figures are optional)."""
+def _scrape_samples(settings: Settings) -> Samples | None:
+    """Every sample of the worker's /metrics, or None where it cannot be read (the figures are optional)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{settings.ingest_metrics_port}/metrics", timeout=5) as r:
             text = r.read().decode()
     except OSError:
         return None
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            values[sample.name] = values.get(sample.name, 0.0) + sample.value  # sums the outcome labels
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _sum(samples: Samples, name: str, **labels: str) -> float:
+    """Sum over every label set that contains `labels` (e.g. all outcomes of one role)."""
+    wanted = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
+
+
+@dataclass(frozen=True)
+class _Counters:
+    def __sub__(self, other):  # type: ignore[no-untyped-def]
+        return type(self)(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
+
+    def __add__(self, other):  # type: ignore[no-untyped-def]
+        return type(self)(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+
+@dataclass(frozen=True, eq=False)
+class IngestCounters(_Counters):
+    batches: float = 0.0
+    batch_seconds: float = 0.0
+    embed_seconds: float = 0.0
+    turns: float = 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class ExtractorCounters(_Counters):
+    # Model calls by outcome: each is one HTTP request to the model server.
+    calls_ok: float = 0.0
+    calls_invalid_output: float = 0.0  # answered, but not JSON of the schema: retried with a repair note
+    calls_retry: float = 0.0  # timeout, connection error, 429 or 5xx: retried after a backoff
+    calls_failed: float = 0.0  # a client error: not retried
+    call_seconds: float = 0.0  # summed latency of the calls above
+    prompt_tokens: float = 0.0
+    completion_tokens: float = 0.0
+    segments_enriched: float = 0.0
+    segments_failed: float = 0.0
+    segments_closed: float = 0.0
+    enrich_seconds: float = 0.0  # model call(s) + embeddings + store, of enriched segments only
+
+    @property
+    def calls(self) -> float:
+        return self.calls_ok + self.calls_invalid_output + self.calls_retry + self.calls_failed
+
+
+def scrape(settings: Settings) -> IngestCounters | None:
+    samples = _scrape_samples(settings)
+    if samples is None:
+        return None
     return IngestCounters(
-        batches=values.get("epistream_ingest_batch_duration_seconds_count", 0.0),
-        batch_seconds=values.get("epistream_ingest_batch_duration_seconds_sum", 0.0),
-        embed_seconds=values.get("epistream_embedding_duration_seconds_sum", 0.0),
-        turns=values.get("epistream_ingest_turns_total", 0.0),
+        batches=_sum(samples, "epistream_ingest_batch_duration_seconds_count"),
+        batch_seconds=_sum(samples, "epistream_ingest_batch_duration_seconds_sum"),
+        embed_seconds=_sum(samples, "epistream_embedding_duration_seconds_sum"),
+        turns=_sum(samples, "epistream_ingest_turns_total"),
     )
+
+
+def scrape_extractor(settings: Settings) -> ExtractorCounters | None:
+    samples = _scrape_samples(settings)
+    if samples is None:
+        return None
+    role = {"role": "extractor"}
+    return ExtractorCounters(
+        **{
+            f"calls_{outcome}": _sum(samples, "epistream_model_requests_total", outcome=outcome, **role)
+            for outcome in ("ok", "invalid_output", "retry", "failed")
+        },
+        call_seconds=_sum(samples, "epistream_model_request_duration_seconds_sum", **role),
+        prompt_tokens=_sum(samples, "epistream_model_tokens_total", kind="prompt", **role),
+        completion_tokens=_sum(samples, "epistream_model_tokens_total", kind="completion", **role),
+        segments_enriched=_sum(samples, "epistream_enrich_segments_total", outcome="enriched"),
+        segments_failed=_sum(samples, "epistream_enrich_segments_total", outcome="failed"),
+        segments_closed=_sum(samples, "epistream_segments_closed_total"),
+        enrich_seconds=_sum(samples, "epistream_enrich_duration_seconds_sum"),
+    )
+
+
+C = TypeVar("C", IngestCounters, ExtractorCounters)
+
+
+class Increase(Generic[C]):
+    """Counter growth over a run from repeated scrapes, like Prometheus's increase(): when the
+    worker restarts its counters start again from zero, and the growth since then is kept instead
+    of a negative difference. Scrape often enough that little is lost at a restart."""
+
+    def __init__(self, first: C | None) -> None:
+        self.last = first
+        self.total: C | None = None if first is None else type(first)()
+        self.resets = 0
+
+    def add(self, current: C | None) -> None:
+        if current is None:
+            return
+        if self.last is None or self.total is None:
+            self.last, self.total = current, type(current)()
+            return
+        step = current - self.last
+        if any(getattr(step, f.name) < 0 for f in fields(step)):
+            self.resets += 1
+            step = current  # everything since the restart
+        self.total = self.total + step  # type: ignore[operator]
+        self.last = current

@@ -1,0 +1,226 @@
+"""The LoCoMo evaluation's aggregates, markdown summary and chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .eval_metrics import ADVERSARIAL, CATEGORY_NAMES, abstention_stats, mean, percentile  # noqa: E402
+
+SYSTEM_LABELS = {"epistream": "epistream", "full_context": "full context", "dense_top_k": "dense top-k"}
+RECALL_LABELS = {
+    "summary": "summary only",
+    "dense": "dense only",
+    "lexical": "lexical only",
+    "fused_minmax": "fused (minmax)",
+    "fused_rrf": "fused (rrf)",
+    "dense_turns": "dense turns (k turns)",
+}
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def summarise_system(records: list[dict[str, Any]], system: str) -> dict[str, Any] | None:
+    """Per category and overall: F1, BLEU-1, judge accuracy, abstention, tokens per query, latency."""
+    rows = [(r["category"], r["systems"][system]) for r in records if system in r.get("systems", {})]
+    if not rows:
+        return None
+
+    def block(items: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+        judged = [s["judge"] for _, s in items if s.get("judge") is not None]
+        return {
+            "n": len(items),
+            "f1": _round(mean(s["f1"] for _, s in items)),
+            "bleu1": _round(mean(s["bleu1"] for _, s in items)),
+            "judge_accuracy": _round(sum(judged) / len(judged)) if judged else None,
+            "judged": len(judged),
+            "abstained": sum(1 for _, s in items if s["abstained"]),
+            "errors": sum(1 for _, s in items if s.get("error")),
+            "cited_evidence_recall": _round(mean(s.get("cited_evidence_recall") for _, s in items)),
+            "context_evidence_recall": _round(mean(s.get("context_evidence_recall") for _, s in items)),
+        }
+
+    per_category = {str(c): block([(cat, s) for cat, s in rows if cat == c]) for c in sorted({c for c, _ in rows})}
+    answerable = [(c, s) for c, s in rows if c != ADVERSARIAL]
+    abst = abstention_stats((s["abstained"], c == ADVERSARIAL) for c, s in rows)
+    roles: dict[str, dict[str, float]] = {}
+    for role in sorted({role for _, s in rows for role in s.get("tokens", {})}):
+        used = [s["tokens"].get(role, {}) for _, s in rows]
+        roles[role] = {
+            "prompt": round(mean(u.get("prompt", 0) for u in used) or 0.0, 1),
+            "completion": round(mean(u.get("completion", 0) for u in used) or 0.0, 1),
+            "calls": round(mean(u.get("calls", 0) for u in used) or 0.0, 2),
+        }
+    latencies = [s.get("latency_s") for _, s in rows]
+    roundtrips = [s.get("roundtrip_s") for _, s in rows]
+    return {
+        "per_category": per_category,
+        "answerable_1_4": block(answerable) if answerable else None,
+        "all": block(rows),
+        "abstention": {"precision": _round(abst.precision), "recall": _round(abst.recall),
+                       "predicted": abst.predicted, "gold": abst.gold, "true_positive": abst.true_positive},
+        "tokens_per_query": roles,
+        "tokens_per_query_total": round(sum(r["prompt"] + r["completion"] for r in roles.values()), 1),
+        "latency_s": {"mean": _round(mean(latencies), 2), "p50": _round(percentile(latencies, 50), 2),
+                      "p95": _round(percentile(latencies, 95), 2)},
+        # Through Kafka, send to reply: includes waiting behind the other questions in flight.
+        "roundtrip_s": {"p50": _round(percentile(roundtrips, 50), 2), "p95": _round(percentile(roundtrips, 95), 2)},
+    }
+
+
+def summarise_recall(per_question: list[dict[str, Any]], ks: list[int]) -> dict[str, Any]:
+    """Mean recall@k (and turns covered) per router configuration, overall and per category."""
+    configs = [c for c in RECALL_LABELS if any(c in q["recall"] for q in per_question)]
+    overall: dict[str, dict[str, Any]] = {}
+    per_category: dict[str, dict[str, dict[str, Any]]] = {}
+    for config in configs:
+        overall[config] = {
+            "recall": {str(k): _round(mean(q["recall"][config][str(k)] for q in per_question)) for k in ks},
+            "recall_with_forced": {str(k): _round(mean(q.get("recall_with_forced", {}).get(config, {}).get(str(k))
+                                                       for q in per_question)) for k in ks},
+            "turns": {str(k): _round(mean(q["turns"][config][str(k)] for q in per_question), 1) for k in ks},
+            "segments": {str(k): _round(mean(q.get("segments", {}).get(config, {}).get(str(k))
+                                             for q in per_question), 2) for k in ks},
+        }
+        for category in sorted({q["category"] for q in per_question}):
+            chosen = [q for q in per_question if q["category"] == category]
+            per_category.setdefault(str(category), {})[config] = {
+                str(k): _round(mean(q["recall"][config][str(k)] for q in chosen)) for k in ks}
+    return {
+        "questions": len(per_question),
+        "questions_per_category": {str(c): sum(1 for q in per_question if q["category"] == c)
+                                   for c in sorted({q["category"] for q in per_question})},
+        "k": ks,
+        "overall": overall,
+        "per_category": per_category,
+    }
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines: list[str] = []
+    store = result.get("store", {})
+    lines.append(
+        f"LoCoMo evaluation `{result['run_id']}`: {Path(result['dataset']).name}, conversations "
+        f"{', '.join(result['conversations'])}; {store.get('turns', '?')} turns, {store.get('segments', '?')} segments "
+        f"({store.get('enriched', '?')} enriched, {store.get('failed', '?')} failed, "
+        f"{store.get('unsegmented_turns', '?')} turns still unsegmented); mode `{result['mode']}`, "
+        f"model `{result['model']}`."
+    )
+    recall = result.get("router_recall")
+    if recall and recall.get("questions"):
+        ks = recall["k"]
+        lines += ["", f"Router evidence recall@k ({recall['questions']} questions with evidence; "
+                      "turns = mean turns the k items hold):", "",
+                  "| pathway | " + " | ".join(f"R@{k}" for k in ks) + " | " + " | ".join(f"turns@{k}" for k in ks)
+                  + " |", "|---|" + "---:|" * (2 * len(ks))]
+        for config, figures in recall["overall"].items():
+            lines.append(f"| {RECALL_LABELS[config]} | "
+                         + " | ".join(_fmt(figures["recall"][str(k)]) for k in ks) + " | "
+                         + " | ".join(_fmt(figures["turns"][str(k)], 1) for k in ks) + " |")
+        k_mid = str(ks[len(ks) // 2])
+        lines += ["", f"Recall@{k_mid} per category:", "",
+                  "| pathway | " + " | ".join(f"{c} {CATEGORY_NAMES.get(int(c), '')} "
+                                              f"(n={recall['questions_per_category'][c]})"
+                                              for c in recall["per_category"]) + " |",
+                  "|---|" + "---:|" * len(recall["per_category"])]
+        for config in recall["overall"]:
+            lines.append(f"| {RECALL_LABELS[config]} | " + " | ".join(
+                _fmt(recall["per_category"][c][config][k_mid]) for c in recall["per_category"]) + " |")
+    systems = {name: s for name, s in result.get("systems", {}).items() if s}
+    if systems:
+        names = list(systems)
+        label = {n: SYSTEM_LABELS.get(n, n) + (f" (k={result['baseline_k']})" if n == "dense_top_k" else "")
+                 for n in names}
+        header = "| category | n | " + " | ".join(f"{label[n]} F1 | BLEU-1" for n in names)
+        judge = any(systems[n]["all"]["judged"] for n in names)
+        if judge:
+            header += " | " + " | ".join(f"{label[n]} judge" for n in names)
+        lines += ["", f"Answers ({result['questions_asked']} sampled questions; category 5 scores 1 for an "
+                      "abstention, 0 otherwise):", "", header + " |",
+                  "|---|---:|" + "---:|---:|" * len(names) + ("---:|" * len(names) if judge else "")]
+        categories = sorted({c for n in names for c in systems[n]["per_category"]}, key=int)
+        rows = [(f"{c} {CATEGORY_NAMES.get(int(c), '')}", lambda s, c=c: s["per_category"].get(c)) for c in categories]
+        rows += [("1-4 overall", lambda s: s["answerable_1_4"]), ("all", lambda s: s["all"])]
+        for title, pick in rows:
+            blocks = [pick(systems[n]) for n in names]
+            n_questions = next((b["n"] for b in blocks if b), 0)
+            row = f"| {title} | {n_questions} | " + " | ".join(
+                f"{_fmt(b['f1'] if b else None)} | {_fmt(b['bleu1'] if b else None)}" for b in blocks)
+            if judge:
+                row += " | " + " | ".join(_fmt(b["judge_accuracy"] if b else None) for b in blocks)
+            lines.append(row + " |")
+        lines += ["", "| system | abstention precision | abstention recall (cat 5) | abstained | errors "
+                      "| context holds the evidence | tokens/query (prompt+completion) by role | calls/query "
+                      "| latency p50 / p95 (s) |",
+                  "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+        for n in names:
+            s = systems[n]
+            roles = ", ".join(f"{role} {t['prompt']:.0f}+{t['completion']:.0f}"
+                              for role, t in s["tokens_per_query"].items() if t["calls"]) or "none"
+            calls = sum(t["calls"] for t in s["tokens_per_query"].values())
+            lines.append(
+                f"| {label[n]} | {_fmt(s['abstention']['precision'], 2)} | {_fmt(s['abstention']['recall'], 2)} "
+                f"| {s['all']['abstained']}/{s['all']['n']} | {s['all']['errors']} "
+                f"| {_fmt(s['all']['context_evidence_recall'], 2)} | {roles} | {calls:.1f} "
+                f"| {_fmt(s['latency_s']['p50'], 1)} / {_fmt(s['latency_s']['p95'], 1)} |")
+    unanswered = result.get("unanswered")
+    if unanswered:
+        lines += ["", f"Not answered within the timeout: {unanswered} question(s) (scored as abstentions)."]
+    for note in result.get("notes", []):
+        lines += ["", f"Note: {note}"]
+    return "\n".join(lines)
+
+
+def write_chart(path: Path, result: dict[str, Any]) -> None:
+    systems = {name: s for name, s in result.get("systems", {}).items() if s}
+    recall = result.get("router_recall") or {}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    colors = {"epistream": "#d62728", "full_context": "#1f77b4", "dense_top_k": "#2ca02c"}
+    if systems:
+        categories = sorted({c for s in systems.values() for c in s["per_category"]}, key=int)
+        groups = [*categories, "1-4"]
+        width = 0.8 / len(systems)
+        for i, (name, s) in enumerate(systems.items()):
+            values = [(s["per_category"].get(c) or {}).get("f1") or 0.0 for c in categories]
+            values.append((s["answerable_1_4"] or {}).get("f1") or 0.0)
+            xs = [g + (i - (len(systems) - 1) / 2) * width for g in range(len(groups))]
+            left.bar(xs, values, width, label=SYSTEM_LABELS.get(name, name), color=colors.get(name))
+        left.set_xticks(range(len(groups)),
+                        [f"{c}\n{CATEGORY_NAMES.get(int(c), '')}" if c != "1-4" else "1-4\noverall" for c in groups])
+        left.set_ylabel("token F1 (cat 5: abstention)")
+        left.set_ylim(0, 1)
+        left.legend(fontsize=8)
+        left.set_title(f"answers, {result.get('questions_asked', 0)} questions, mode {result.get('mode')}")
+    else:
+        left.text(0.5, 0.5, "no answers", ha="center")
+    if recall.get("overall"):
+        ks = recall["k"]
+        configs = list(recall["overall"])
+        width = 0.8 / len(ks)
+        for i, k in enumerate(ks):
+            values = [recall["overall"][c]["recall"][str(k)] or 0.0 for c in configs]
+            xs = [g + (i - (len(ks) - 1) / 2) * width for g in range(len(configs))]
+            right.bar(xs, values, width, label=f"@{k}")
+        right.set_xticks(range(len(configs)), [RECALL_LABELS[c].replace(" (", "\n(") for c in configs], fontsize=8)
+        right.set_ylim(0, 1)
+        right.set_ylabel("turn-level evidence recall")
+        right.legend(fontsize=8)
+        right.set_title(f"router recall@k, {recall['questions']} questions")
+    else:
+        right.text(0.5, 0.5, "no recall", ha="center")
+    fig.suptitle(f"LoCoMo {', '.join(result.get('conversations', []))} — {result.get('model')}", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

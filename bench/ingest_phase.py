@@ -1,0 +1,215 @@
+"""The ingest benchmark: end-to-end ingest against the embedding model alone and a plain COPY, on the
+same texts (laid out so that the run closes no segment, see workload.segment_free)."""
+
+from __future__ import annotations
+
+import asyncio
+from argparse import Namespace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from epistream.settings import Settings
+
+from . import report
+from .baselines import Timed, measure_copy, measure_embedding
+from .cleanup import forget_tenants, remaining_rows
+from .ingest import IngestFigures, WarmUp, measure_ingest, warm_up
+from .produce import Record, topic_partitions
+from .stack import CpuSnapshot, cpu_report, stale_worker_sources, worker_setting
+from .worker_metrics import scrape_extractor
+from .workload import IngestLayout, Workload, load_workload, segment_free
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK_TURNS = 300
+WARMUP_TURNS = 20
+
+
+def _warmup_records(layout: IngestLayout, run_id: str, partitions: list[int]) -> list[Record]:
+    """A tenant of its own: the warm-up's rows must not count towards the measured run. Four
+    conversations, one a partition, a second between turns: nothing for the segmenter to close.
+    Turn ids are renumbered: the first turns of several LoCoMo conversations share ids (D1:1...)."""
+    tenant = f"bench-{run_id}-warmup"
+    start = layout.turns[0].ts
+    turns = [
+        t.model_copy(update={
+            "tenant": tenant, "conversation_id": f"{tenant}-{i % 4}", "turn_id": f"W{i}", "session_id": None,
+            "ts": start + timedelta(seconds=i),
+        })
+        for i, t in enumerate(layout.turns[:WARMUP_TURNS])
+    ]
+    return [Record.of(t, partitions[i % len(partitions)]) for i, t in enumerate(turns)]
+
+
+def _segments_of(url: str, tenants: list[str]) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM memory.segments WHERE tenant = ANY(%s)", (tenants,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _breakdown(ingest: IngestFigures) -> dict[str, Any] | None:
+    w = ingest.worker
+    if w is None or w.batches <= 0:
+        return None
+    return {
+        "batches": int(w.batches),
+        "mean_batch_turns": round(w.turns / w.batches, 1),
+        "embed_s": round(w.embed_seconds, 3),
+        "store_s": round(w.batch_seconds - w.embed_seconds, 3),  # upsert + commit (+ decode, negligible)
+        "outside_batches_s": round(ingest.wall_s - w.batch_seconds, 3),  # Kafka fetch, Faust, batch wait, poll lag
+        "worker_embed_sentences_per_s": round(w.turns / w.embed_seconds, 1) if w.embed_seconds else None,
+    }
+
+
+def _per_cpu_second(ingest: IngestFigures, embed: Timed) -> dict[str, float] | None:
+    if not ingest.worker_cpu_s or not embed.cpu_s:
+        return None
+    worker = ingest.turns / ingest.worker_cpu_s
+    model = embed.count / embed.cpu_s
+    return {
+        "ingest_worker_turns": round(worker, 2),
+        "embedding_sentences": round(model, 2),
+        "ingest_over_embedding": round(worker / model, 4),
+    }
+
+
+def build_result(
+    workload: Workload,
+    settings: Settings,
+    ingest: IngestFigures,
+    embed: Timed,
+    copy: Timed,
+    copy_logged: Timed | None,
+    warmup: WarmUp,
+) -> dict[str, Any]:
+    throughput = {
+        "ingest_turns_per_s": round(ingest.turns_per_s, 2),
+        "embedding_sentences_per_s": round(embed.per_s, 2),
+        "copy_rows_per_s": round(copy.per_s, 1),
+        "copy_logged_rows_per_s": round(copy_logged.per_s, 1) if copy_logged else None,
+    }
+    return {
+        "workload": workload.source,
+        "turns": ingest.turns,
+        "tenant": workload.tenant,
+        "embedding_batch": settings.embedding_batch,
+        "ingest_batch": settings.ingest_batch,
+        "throughput": throughput,
+        "ratios": {
+            "ingest_over_embedding": round(ingest.turns_per_s / embed.per_s, 4),
+            "ingest_over_copy": round(ingest.turns_per_s / copy.per_s, 5),
+            "embedding_over_copy": round(embed.per_s / copy.per_s, 5),
+            "ingest_over_copy_logged": round(ingest.turns_per_s / copy_logged.per_s, 5) if copy_logged else None,
+        },
+        "latency_s": {
+            "p50": round(ingest.latency_p50_s, 3),
+            "p95": round(ingest.latency_p95_s, 3),
+            "max": round(ingest.latency_max_s, 3),
+            "unloaded_p50": round(warmup.latency_p50_s, 3),
+            "unloaded_max": round(warmup.latency_max_s, 3),
+            "note": "stored_at - produced_at; stored_at is the insert transaction's start, so a lower bound. "
+            "p50/p95/max: all turns produced at once, so mostly queueing; unloaded: the warm-up's turns, "
+            "sent one by one to an idle worker",
+        },
+        "seconds": {
+            "warmup": round(warmup.seconds, 2),
+            "produce": round(ingest.produce_s, 3),
+            "ingest_wall": round(ingest.wall_s, 3),
+            "ingest_db_span": round(ingest.db_span_s, 3),
+            "embedding": round(embed.seconds, 3),
+            "copy": round(copy.seconds, 3),
+            "copy_logged": round(copy_logged.seconds, 3) if copy_logged else None,
+        },
+        "worker_breakdown": _breakdown(ingest),
+        # Per CPU-second of the process doing the work: unlike the rates above, barely moved by
+        # neighbours taking cores (the ingest worker's figure leaves out PostgreSQL's and Kafka's CPU).
+        "per_cpu_second": _per_cpu_second(ingest, embed),
+        # Cores each CPU-bound phase actually got; well below nproc means a neighbour took the rest.
+        "cores_used": {
+            "ingest_worker": round(ingest.worker_cpu_s / ingest.wall_s, 2) if ingest.worker_cpu_s else None,
+            "embedding": round(embed.cpu_s / embed.seconds, 2) if embed.cpu_s else None,
+        },
+        "machine": report.machine_info(ROOT),
+    }
+
+
+def run_ingest(settings: Settings, url: str, run_id: str, args: Namespace) -> dict[str, Any]:
+    limit = args.turns if args.turns is not None else (QUICK_TURNS if args.quick else None)
+    worker_started, stale = stale_worker_sources(settings, ROOT)
+    if stale:
+        shown = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")
+        print(f"  note: the ingest worker (started {worker_started:%H:%M:%S}) predates changes to {shown};")
+        print("        `epistream down && epistream up` restarts it on the current code")
+    source = load_workload(ROOT, run_id=run_id, limit=limit)
+    partitions = asyncio.run(topic_partitions(settings))
+    layout = segment_free(
+        source.turns, partitions=partitions, max_tokens=int(worker_setting(settings, "segment_max_tokens") or 4096)
+    )
+    workload = Workload(source.source, source.tenant, layout.turns)
+    warmup = _warmup_records(layout, run_id, partitions)
+    tenants = [workload.tenant, f"bench-{run_id}-warmup"]
+    print(f"\ningest: {len(workload.turns)} {workload.source} turns in {layout.parts} segment-free conversation parts, "
+          f"tenant {workload.tenant}")
+    extractor_before, cpu_before = scrape_extractor(settings), CpuSnapshot.take()
+    try:
+        print(f"warm-up: {len(warmup)} turns through the worker")
+        warmed = warm_up(settings, url, warmup)
+        print(f"  done in {warmed.seconds:.1f}s, latency p50 {warmed.latency_p50_s:.2f}s")
+        print("1/3 ingest end to end")
+        ingest = measure_ingest(settings, url, workload.tenant, layout.records)
+        print(f"  {ingest.turns_per_s:.1f} turns/s ({ingest.wall_s:.1f}s)")
+        extractor_after, cpu_after = scrape_extractor(settings), CpuSnapshot.take()
+        closed = _segments_of(url, tenants)
+        # After the ingest run: the embedder would otherwise fight the worker for the cores.
+        print("2/3 embedding model alone")
+        embed, vectors = measure_embedding(settings, workload.texts)
+        print(f"  {embed.per_s:.1f} sentences/s ({embed.seconds:.1f}s)")
+        print("3/3 plain COPY")
+        copy = measure_copy(url, workload.turns, vectors, temporary=True, run_id=run_id)
+        print(f"  temp table: {copy.per_s:.0f} rows/s ({copy.seconds:.2f}s)")
+        copy_logged = None
+        if not args.no_logged_copy:
+            copy_logged = measure_copy(url, workload.turns, vectors, temporary=False, run_id=run_id)
+            print(f"  logged table: {copy_logged.per_s:.0f} rows/s ({copy_logged.seconds:.2f}s)")
+    finally:
+        cleanup: dict[str, Any] = {"kept": args.keep}
+        if not args.keep:
+            removed = forget_tenants(url, tenants)
+            cleanup.update(removed=removed, remaining=remaining_rows(url, tenants))
+            print(f"removed the ingest run's rows ({removed.get('turns', 0)} turns); "
+                  f"left: {sum(cleanup['remaining'].values())}")
+
+    result = build_result(workload, settings, ingest, embed, copy, copy_logged, warmed)
+    result["layout"] = {
+        "conversation_parts": layout.parts,
+        "note": "segment-free: no session ids, 1 s between turns, conversations split under the token budget, "
+        "parts spread over the partitions and advancing together, tenant sealed right after the run; "
+        "texts, speakers and turn ids as in LoCoMo, so embedding and storage work are unchanged",
+        "segments_closed": closed,
+    }
+    ex = (extractor_after - extractor_before) if extractor_before and extractor_after else None
+    result["concurrent_enrichment"] = {
+        "extractor_calls": int(ex.calls) if ex else None,
+        "cpu": cpu_report(settings, cpu_before, cpu_after),
+        "note": "model calls during warm-up + ingest (any tenant's) and the machine's CPU meanwhile: the "
+        "figures above are clean only where this is ~0 and the model server used little CPU",
+    }
+    result["worker"] = {
+        "started_at": worker_started.isoformat(timespec="seconds") if worker_started else None,
+        "sources_changed_since": stale,  # non-empty: the figures are for the older code
+    }
+    result["cleanup"] = cleanup
+    report.write_json(args.results / "ingest.json", result)
+    report.write_chart(args.results / "ingest.png", result)
+    if result["worker_breakdown"]:
+        b = result["worker_breakdown"]
+        print(
+            f"\nworker time: {b['batches']} batches of ~{b['mean_batch_turns']} turns; "
+            f"embed {b['embed_s']}s, store {b['store_s']}s, outside batches {b['outside_batches_s']}s "
+            f"of {result['seconds']['ingest_wall']}s wall"
+        )
+    print(f"\nwrote {args.results / 'ingest.json'} and {args.results / 'ingest.png'}\n")
+    print(report.markdown(result))
+    return result
