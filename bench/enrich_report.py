@@ -112,7 +112,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"{w['rate_turns_per_s']:g} turns/s ({state} after {result['outcome']['waited_s'] / 60:.1f} min), "
         f"{m['nproc']} CPUs, commit {m['git_commit'] or 'unknown'}, {m['timestamp']}; worker idle timeout "
         f"{result['worker_settings']['segment_idle_s']} s, extractor budget {result['worker_settings']['extractor_max_tokens']} "
-        f"tokens, model timeout {result['worker_settings']['llm_timeout_s']} s",
+        f"tokens, call timeout {_timeout(result['worker_settings'])} s",
         "",
         "| measure | value |",
         "|---|---:|",
@@ -159,6 +159,11 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _timeout(worker: dict[str, Any]) -> str | None:
+    """The extractor's own timeout where the pipeline has one, else the shared model timeout."""
+    return worker.get("extractor_timeout_s") or worker.get("llm_timeout_s")
+
+
 def _num(value: float | None, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}"
 
@@ -188,7 +193,7 @@ def _notes(result: dict[str, Any]) -> list[str]:
         name for name in ("first_call", "repeat_call")
         if ((result["direct_model"] or {}).get(name) or {}).get("other_calls_meanwhile")
     ]:
-        notes.append(f"Worker calls finished during the direct {' and '.join(direct_busy)}: that call waited "
+        notes.append(f"Workers' model calls finished during the direct {' and '.join(direct_busy)}: that call waited "
                      "for the model server, so the model-limit figure is an underestimate.")
     if result.get("model_server_idle_before_direct") is False:
         notes.append("The model server was still busy (other tenants' or abandoned requests) when the direct "

@@ -174,6 +174,11 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {s['all']['abstained']}/{s['all']['n']} | {s['all']['errors']} "
                 f"| {_fmt(s['all']['context_evidence_recall'], 2)} | {roles} | {calls:.1f} "
                 f"| {_fmt(s['latency_s']['p50'], 1)} / {_fmt(s['latency_s']['p95'], 1)} |")
+    requests = result.get("answer_worker_model_requests")
+    if requests:
+        lines += ["", "Answer worker's model requests while the questions ran (from its /metrics): " + "; ".join(
+            f"{role} " + ", ".join(f"{outcome} {count:.0f}" for outcome, count in sorted(outcomes.items()))
+            for role, outcomes in sorted(requests.items()) if outcomes) + "."]
     unanswered = result.get("unanswered")
     if unanswered:
         lines += ["", f"Not answered within the timeout: {unanswered} question(s) (scored as abstentions)."]

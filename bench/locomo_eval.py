@@ -20,8 +20,10 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import sys
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -433,6 +435,42 @@ async def drain(settings: Settings, timeout_s: float) -> None:
         await asyncio.sleep(10)
 
 
+_REQUESTS = re.compile(r"^epistream_model_requests_total\{([^}]*)\}\s+(\S+)$", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def parse_model_requests(text: str) -> dict[str, dict[str, float]]:
+    """{role: {outcome: count}} from a worker's Prometheus text (summed over endpoints)."""
+    counts: dict[str, dict[str, float]] = {}
+    for labels, value in _REQUESTS.findall(text):
+        found = dict(_LABEL.findall(labels))
+        role, outcome = found.get("role", "?"), found.get("outcome", "?")
+        counts.setdefault(role, {})
+        counts[role][outcome] = counts[role].get(outcome, 0.0) + float(value)
+    return counts
+
+
+async def answer_worker_requests(settings: Settings) -> dict[str, dict[str, float]] | None:
+    """The answer worker's model-request counters (None when /metrics is unreachable)."""
+    url = f"http://127.0.0.1:{settings.answer_metrics_port}/metrics"
+
+    def fetch() -> str:
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 (a fixed loopback URL)
+            return response.read().decode()
+
+    try:
+        return parse_model_requests(await asyncio.to_thread(fetch))
+    except OSError:
+        return None
+
+
+def request_delta(before: dict | None, after: dict | None) -> dict[str, dict[str, float]] | None:
+    if before is None or after is None:
+        return None
+    return {role: {o: after[role][o] - before.get(role, {}).get(o, 0.0) for o in after[role]
+                   if after[role][o] - before.get(role, {}).get(o, 0.0)} for role in after}
+
+
 def epistream_record(item: Item, got: dict[str, Any]) -> dict[str, Any]:
     answer: Answer | None = got["answer"]
     if answer is None:
@@ -644,6 +682,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
             print(f"\n3. asking {len(asked)} questions (mode {args.mode}, {args.concurrency} in flight) "
                   f"through {settings.topic_questions}, replies on {reply_topic}", flush=True)
             started = time.perf_counter()
+            requests_before = await answer_worker_requests(settings)
             try:
                 got = await ask_all(settings, asked, tenant=tenant, run_id=run_id, mode=Mode(args.mode),
                                     reply_topic=reply_topic, concurrency=args.concurrency, timeout_s=args.timeout)
@@ -654,6 +693,9 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
                     except Exception as exc:  # cleanup only
                         log.warning("could not delete %s: %s", reply_topic, exc)
             timings["questions_s"] = round(time.perf_counter() - started, 1)
+            # Whose model calls succeeded while the questions ran (other askers would count too).
+            result["answer_worker_model_requests"] = request_delta(requests_before,
+                                                                   await answer_worker_requests(settings))
             for it in asked:
                 records[it.index]["systems"]["epistream"] = epistream_record(it, got[it.index])
             result["unanswered"] = sum(1 for g in got.values() if g["answer"] is None)

@@ -58,8 +58,8 @@ class DirectCall:
     finish_reason: str | None
     valid: bool  # parses and validates as EnrichmentOut, as the worker requires
     error: str | None = None
-    # Worker calls that finished meanwhile: the server runs one request at a time, so any of them
-    # means this call waited for another's turn and its time is not the model's alone.
+    # Workers' model calls (any role) that finished meanwhile: the server runs one request at a time,
+    # so any of them means this call waited for another's turn and its time is not the model's alone.
     other_calls_meanwhile: int | None = None
 
 
@@ -139,7 +139,7 @@ class DirectBaseline:
 def measure_direct(
     settings: Settings, segment: Segment, token_estimate: int, calls_so_far: Callable[[], float | None]
 ) -> DirectBaseline:
-    """`calls_so_far`: the worker's extractor call count (None when unreadable)."""
+    """`calls_so_far`: the workers' model call count (None when unreadable)."""
 
     def timed() -> DirectCall:
         before = calls_so_far()

@@ -19,10 +19,10 @@ from epistream.settings import Settings
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def _scrape_samples(settings: Settings) -> Samples | None:
-    """Every sample of the worker's /metrics, or None where it cannot be read (the figures are optional)."""
+def _scrape_samples(settings: Settings, port: int | None = None) -> Samples | None:
+    """Every sample of a worker's /metrics (default: the ingest worker's), or None where it cannot be read."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{settings.ingest_metrics_port}/metrics", timeout=5) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port or settings.ingest_metrics_port}/metrics", timeout=5) as r:
             text = r.read().decode()
     except OSError:
         return None
@@ -74,6 +74,17 @@ class ExtractorCounters(_Counters):
     @property
     def calls(self) -> float:
         return self.calls_ok + self.calls_invalid_output + self.calls_retry + self.calls_failed
+
+
+def model_calls_all_workers(settings: Settings) -> float | None:
+    """Model calls of every role by both workers: anything that kept the model server busy."""
+    total = 0.0
+    for port in (settings.ingest_metrics_port, settings.answer_metrics_port):
+        samples = _scrape_samples(settings, port)
+        if samples is None:
+            return None
+        total += _sum(samples, "epistream_model_requests_total")
+    return total
 
 
 def scrape(settings: Settings) -> IngestCounters | None:

@@ -79,7 +79,8 @@ def run_enrichment(settings, base_url: str, segment: Segment, turns, *, retries:
                     (segment.tenant, segment.conversation_id, segment.segment_id, [t.turn_id for t in turns],
                      turns[0].ts, turns[-1].ts),
                 )
-            extractor = ModelClient(create_client(settings, base_url=base_url), role="extractor",
+            extractor = ModelClient(create_client(settings, base_url=base_url, timeout_s=settings.extractor_timeout_s),
+                                    role="extractor",
                                     model=settings.llm_model, json_mode=settings.llm_json_mode, metrics=metrics,
                                     max_retries=retries, backoff_s=0.01)
             return await enrich_segment(segment, EnrichDeps(settings, pool, embedder, extractor, metrics))

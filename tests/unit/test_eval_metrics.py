@@ -22,6 +22,7 @@ from bench.eval_metrics import (
     union_turns,
 )
 from bench.eval_report import markdown, summarise_recall, summarise_system
+from bench.locomo_eval import parse_model_requests, request_delta
 
 
 def test_normalisation_lowers_drops_punctuation_articles_and_extra_spaces():
@@ -180,3 +181,18 @@ def test_summaries_and_markdown_from_records():
                      "systems": {"epistream": ours, "dense_top_k": summarise_system(records, "dense_top_k")}})
     assert "| dense only | 0.750 |" in text
     assert "| 4 single-hop | 1 | 1.000 | 1.000 | 0.000 | 0.000 |" in text
+
+
+def test_worker_model_requests_are_parsed_and_differenced():
+    text = """# HELP epistream_model_requests_total Model requests
+epistream_model_requests_total{endpoint="a:1",outcome="ok",role="assistant"} 53.0
+epistream_model_requests_total{endpoint="b:2",outcome="ok",role="assistant"} 2.0
+epistream_model_requests_total{endpoint="a:1",outcome="retry",role="assistant"} 32.0
+epistream_model_requests_total{endpoint="a:1",outcome="ok",role="master"} 2.0
+epistream_answer_questions_total{mode="deep",outcome="abstained"} 11.0
+"""
+    after = parse_model_requests(text)
+    assert after == {"assistant": {"ok": 55.0, "retry": 32.0}, "master": {"ok": 2.0}}
+    before = {"assistant": {"ok": 50.0, "retry": 32.0}}
+    assert request_delta(before, after) == {"assistant": {"ok": 5.0}, "master": {"ok": 2.0}}
+    assert request_delta(None, after) is None
