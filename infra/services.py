@@ -137,6 +137,7 @@ def start_postgres(settings: Settings) -> str:
         return "external database, migrations applied"
     import pgserver  # only the embedded default needs it
     import psycopg
+    from psycopg import sql
 
     pgdata = _pgdata(settings)
     pgdata.parent.mkdir(parents=True, exist_ok=True)
@@ -144,7 +145,7 @@ def start_postgres(settings: Settings) -> str:
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)).fetchone()
         if not exists:
-            conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')  # a constant name, not input
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE_NAME)))
     uri = server.get_uri(DATABASE_NAME)
     uri_file = embedded_uri_file(settings)
     uri_file.parent.mkdir(parents=True, exist_ok=True)
