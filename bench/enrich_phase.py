@@ -147,10 +147,31 @@ def run_enrich(settings: Settings, url: str, run_id: str, opts: EnrichOptions) -
     typical = typical_segment_id(rows.segments)
     segment = load(url, workload.tenant, typical) if typical else None
     result_cleanup: dict[str, Any] = {"kept": opts.keep}
+    cpu = cpu_report(settings, cpu_before, cpu_after)
+
+    def assemble(direct: DirectBaseline | None, idle_for_direct: bool | None) -> dict[str, Any]:
+        result = build_result(
+            workload=workload, quick=opts.quick, rate=opts.rate, worker=worker, expected=expected,
+            stream=stream.result, outcome=outcome, rows=rows, counters=watch.counters.total, direct=direct,
+            started=started, cpu=cpu, machine=report.machine_info(ROOT),
+        )
+        result["cleanup"] = result_cleanup
+        result["worker_restarts"] = {
+            "pids": watch.pids, "counter_resets": watch.counters.resets, "settings_at_end": worker_at_end,
+            "note": "a worker restarted mid-run (by anyone) may run other code and settings for the rest of the "
+            "run; counters are summed across restarts from 10 s scrapes, so a restart loses at most ~10 s of counts",
+        }
+        result["model_server_idle_before_stream"] = waited_idle < IDLE_BEFORE_STREAM_S
+        result["model_server_idle_before_direct"] = idle_for_direct
+        result["other_tenants_waiting_at_start"] = others_waiting
+        return result
+
     direct, idle_for_direct = None, None
     try:
         if not outcome.complete and not opts.keep:
             result_cleanup.update(_cut_off(settings, url, workload.tenant))
+        # Written now, and again with the baseline: the figures survive a run killed during the direct calls.
+        enrich_report.write_all(opts.results, assemble(None, None))
         if segment is not None:
             token_estimate = next(s["token_estimate"] for s in rows.segments if s["segment_id"] == typical)
             direct, idle_for_direct = _direct_baseline(settings, model_pid, segment, token_estimate)
@@ -161,21 +182,7 @@ def run_enrich(settings: Settings, url: str, run_id: str, opts: EnrichOptions) -
             left = cleanup.remaining_rows(url, [workload.tenant])
             result_cleanup.update(removed=removed, remaining=left)
             print(f"removed the enrichment run's rows ({sum(removed.values())}); left: {sum(left.values())}")
-
-    result = build_result(
-        workload=workload, quick=opts.quick, rate=opts.rate, worker=worker, expected=expected, stream=stream.result,
-        outcome=outcome, rows=rows, counters=watch.counters.total, direct=direct, started=started,
-        cpu=cpu_report(settings, cpu_before, cpu_after), machine=report.machine_info(ROOT),
-    )
-    result["cleanup"] = result_cleanup
-    result["worker_restarts"] = {
-        "pids": watch.pids, "counter_resets": watch.counters.resets, "settings_at_end": worker_at_end,
-        "note": "a worker restarted mid-run (by anyone) may run other code and settings for the rest of the run; "
-        "counters are summed across restarts from 10 s scrapes, so a restart loses at most ~10 s of counts",
-    }
-    result["model_server_idle_before_stream"] = waited_idle < IDLE_BEFORE_STREAM_S
-    result["model_server_idle_before_direct"] = idle_for_direct
-    result["other_tenants_waiting_at_start"] = others_waiting
+    result = assemble(direct, idle_for_direct)
     enrich_report.write_all(opts.results, result)
     return result
 

@@ -68,9 +68,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _interrupt_on_sigterm() -> None:
-    """`kill <pid>` stops a long run like Ctrl-C: partial figures are written and the rows removed."""
+    """`kill <pid>` stops a long run like Ctrl-C: partial figures are written and the rows removed.
+    A second SIGTERM is ignored, so it cannot cut that clean-up short (SIGKILL still can)."""
 
     def handler(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: print("  (SIGTERM again: already stopping)", flush=True))
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
