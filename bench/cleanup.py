@@ -108,6 +108,8 @@ def drop_queued_segments(settings: Settings, url: str) -> Purge:
     finishes. Other tenants' segments still pending get published_at = NULL:
     the worker's outbox (housekeeping, every few seconds) sends them again, so
     none is lost; one in flight may be enriched twice, which replaces its output.
+    Segments the worker has already fetched are still in its memory: restart it
+    afterwards (stack.restart_ingest_worker) to drop those too.
     """
     dropped = asyncio.run(_delete_to_end(settings))
     with psycopg.connect(url) as conn:

@@ -21,7 +21,15 @@ from .enrich_result import build_result
 from .enrich_wait import WaitLimits, wait_for_enrichment
 from .model_direct import DirectBaseline, load, measure_direct, typical_segment_id
 from .produce import Record, SteadySend, send_steady
-from .stack import CpuSnapshot, cpu_report, managed_pid, wait_until_idle, worker_pid, worker_setting
+from .stack import (
+    CpuSnapshot,
+    cpu_report,
+    managed_pid,
+    restart_ingest_worker,
+    wait_until_idle,
+    worker_pid,
+    worker_setting,
+)
 from .worker_metrics import ExtractorCounters, Increase, model_calls_all_workers, scrape_extractor
 from .workload import enrich_workload, expected_segments
 
@@ -189,14 +197,17 @@ def run_enrich(settings: Settings, url: str, run_id: str, opts: EnrichOptions) -
 
 def _cut_off(settings: Settings, url: str, tenant: str) -> dict[str, Any]:
     """A run stopped early: what is still queued would keep the model busy long after it (and spoil the
-    baseline), so drop the queue, re-queue other tenants' segments, and forget this run's rows."""
+    baseline), so drop the queue, re-queue other tenants' segments, forget this run's rows, and restart
+    the ingest worker, which has most of the dropped segments in memory already (Faust prefetches)."""
     purge = cleanup.drop_queued_segments(settings, url)
     removed = cleanup.forget_tenants(url, [tenant])
-    print(f"  dropped {purge.dropped_messages} queued segment messages; other tenants' pending "
-          f"segments re-queued: {purge.requeued_other_segments}")
+    pid = restart_ingest_worker(settings) if worker_pid(settings) is not None else None
+    print(f"  dropped {purge.dropped_messages} queued segment messages, re-queued {purge.requeued_other_segments} "
+          f"of other tenants, restarted the ingest worker (pid {pid}) to drop what it had prefetched")
     return {
         "queued_segments_dropped": purge.dropped_messages,
         "other_tenants_segments_requeued": purge.requeued_other_segments,
+        "ingest_worker_restarted_as": pid,
         "removed": removed,
     }
 

@@ -176,7 +176,8 @@ def _notes(result: dict[str, Any]) -> list[str]:
         notes.append(f"The ingest worker was restarted during the run (pids {restarts['pids']}); settings that "
                      f"changed: {changed or 'none'}. Figures mix both workers.")
     if result["lacking"]:
-        notes.append("Conversations lacking output: " + "; ".join(
+        so_far = "" if result["outcome"]["complete"] else " so far (the run was stopped before they were reached)"
+        notes.append(f"Conversations lacking output{so_far}: " + "; ".join(
             f"{x['conversation_id']} (no {', '.join(x['missing'])})" for x in result["lacking"]) + ".")
     if result["failures"]:
         notes.append("Failed segments by error: " + "; ".join(
@@ -205,5 +206,6 @@ def _notes(result: dict[str, Any]) -> list[str]:
     if "projection" in result:
         p = result["projection"]
         notes.append(f"Projection: {p['segments_remaining']} segments left, ~{p['minutes_remaining_at_this_rate']:.0f} min "
-                     f"more at this rate; the whole run would take ~{p['projected_total_minutes']:.0f} min.")
+                     f"more at this rate; the whole run would take ~{p['projected_total_minutes']:.0f} min and "
+                     f"~{p['projected_model_calls']} model calls.")
     return [n + "\n" for n in notes]

@@ -165,9 +165,11 @@ def _projection(result: dict[str, Any], started: float, first_closed: float | No
     rate = t["segments_per_min"]
     lead_min = ((first_closed - started) / 60) if first_closed else 0.0
     remaining = max(0, s["expected"] - t["segments_done"])
+    calls = result["model_calls"]
     return {
         "segments_remaining": remaining,
+        "projected_model_calls": round(calls["per_segment_done"] * s["expected"]) if calls and calls["per_segment_done"] else None,
         "minutes_remaining_at_this_rate": round(remaining / rate, 1),
         "projected_total_minutes": round(lead_min + s["expected"] / rate, 1),
-        "note": "at the run's own segments/min; extra model calls for failures are included in that rate",
+        "note": "at the run's own segments/min and model calls per finished segment (retries included)",
     }

@@ -544,7 +544,7 @@ async def run_baselines(settings: Settings, pool, tenant: str, items: list[Item]
                   f"{len(every)} turns (~{budget} chars for a {settings.model_ctx}-token window)", flush=True)
         full = await answer_with(master, item.qa.question, asked_at_for(item.sample), full_lines[conversation],
                                  max_tokens=settings.llm_max_tokens, shrink_on_overflow=True)
-        if not full.error and len(full.context_turn_ids) < len(full_lines[conversation]):
+        if full.context_turn_ids and len(full.context_turn_ids) < len(full_lines[conversation]):
             # The server counted more tokens than estimated: keep the size that fitted for the next questions.
             full_lines[conversation] = full_lines[conversation][-len(full.context_turn_ids):]
             print(f"  full context of {item.sample.sample_id} cut to the newest {len(full.context_turn_ids)} turns "

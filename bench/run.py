@@ -20,12 +20,11 @@ from pathlib import Path
 from epistream.db import database_url
 from epistream.settings import Settings
 from infra import services
-from infra.process import ManagedProcess
 
 from . import enrich_report
 from .enrich_phase import EnrichOptions, run_enrich
 from .ingest_phase import QUICK_TURNS, run_ingest
-from .stack import worker_setting
+from .stack import restart_ingest_worker, worker_setting
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -92,9 +91,7 @@ def start_stack(args: argparse.Namespace) -> Settings:
     if running is not None and float(running) != float(os.environ[IDLE_ENV]):
         if args.restart_worker:
             print(f"  restarting the ingest worker (its idle timeout is {running}s)")
-            ManagedProcess("worker-ingest", settings.state_dir).stop()
-            for row in services.up(settings):
-                print(f"  up   {row.name:<15} {row.detail}")
+            print(f"  up   worker-ingest   pid {restart_ingest_worker(settings)}")
         else:
             print(f"  note: the running ingest worker closes idle conversations after {running}s, not "
                   f"{os.environ[IDLE_ENV]}s; --restart-worker restarts it")

@@ -41,6 +41,19 @@ def worker_pid(settings: Settings) -> int | None:
     return managed_pid(settings, "worker-ingest")
 
 
+def restart_ingest_worker(settings: Settings) -> int | None:
+    """Stop the ingest worker and start it again as up() does, with this process's environment; its pid.
+
+    The only way to discard segments it has already fetched from Kafka: those stay in its memory even
+    after they are deleted from the topic, and it calls the model for each before finding it forgotten.
+    """
+    from infra import services  # the stack's own start-up, so the worker comes back exactly as up() starts it
+
+    ManagedProcess("worker-ingest", settings.state_dir).stop()
+    services.start_worker(settings, "ingest")
+    return worker_pid(settings)
+
+
 def process_cpu_seconds(pid: int | None) -> float | None:
     """User + system CPU time of a process, all threads (fields 14-15 of /proc/<pid>/stat)."""
     if pid is None:
