@@ -78,7 +78,7 @@ class Metrics:
             ),
             segments_enriched=Counter(
                 "epistream_enrich_segments_total",
-                "Segments through enrichment, by outcome (enriched, failed).",
+                "Segments through enrichment, by outcome (enriched, failed, forgotten, done: already enriched).",
                 ["outcome"],
                 registry=reg,
             ),

@@ -216,6 +216,12 @@ async def enrich_segment(segment: Segment, deps: EnrichDeps) -> EnrichOutcome:
     returning invalid output marks the segment failed (its turns stay searchable)
     and returns the error for the caller to dead-letter."""
     started = time.perf_counter()
+    async with deps.pool.connection() as conn:
+        skip = await memory_store.enrichment_needed(conn, segment, ENRICH_PROMPT_VERSION)
+    if skip is not None:
+        # Spare the model: a forgotten conversation, or a redelivery of a segment already enriched.
+        deps.metrics.segments_enriched.labels(skip).inc()
+        return EnrichOutcome(segment.segment_id, skip == "done")
     try:
         reply = await deps.extractor.complete_json(
             build_messages(segment), EnrichmentOut, max_tokens=deps.settings.extractor_max_tokens

@@ -62,6 +62,7 @@ MARK_FAILED = """
 UPDATE memory.segments SET status = 'failed', attempts = attempts + 1, error = %s
 WHERE tenant = %s AND segment_id = %s AND status <> 'enriched'
 """
+SEGMENT_STATUS = "SELECT status, prompt_version FROM memory.segments WHERE tenant = %s AND segment_id = %s"
 SIMILAR_CANDIDATES = 10
 
 
@@ -95,6 +96,17 @@ async def _entity(conn: AsyncConnection, segment: Segment, normalized: str, surf
     ident = str(row[0])
     await graph_store.run(conn, graph_store.MERGE_ENTITY, {"tenant": tenant, "entity_id": ident, "name": surface})
     return ident
+
+
+async def enrichment_needed(conn: AsyncConnection, segment: Segment, prompt_version: str) -> str | None:
+    """Why a delivered segment needs no model call: "forgotten" (its row is gone) or "done" (already
+    enriched by this prompt version, e.g. a redelivery after a crash); None when it must be enriched."""
+    async with tenant_scope(conn, segment.tenant):
+        cur = await conn.execute(SEGMENT_STATUS, (segment.tenant, segment.segment_id))
+        row = await cur.fetchone()
+    if row is None:
+        return "forgotten"
+    return "done" if row[0] == "enriched" and row[1] == prompt_version else None
 
 
 async def store_enrichment(

@@ -97,9 +97,25 @@ def test_enriching_twice_yields_the_same_rows(stack, db_url, unique):
     with ScriptedLLM(scripted_reply) as server:
         run_enrichment(stack, server.base_url, segment, turns)
         first, first_graph = snapshot(), graph_counts()
+        # A redelivery of an enriched segment costs no model call.
+        outcome, metrics = run_enrichment(stack, server.base_url, segment, turns)
+        assert len(server.requests) == 1 and outcome.enriched
+        assert metrics.segments_enriched.labels("done")._value.get() == 1
+        # Enriching it again for real (as a new prompt version would) replaces its rows with the same ones.
+        with psycopg.connect(db_url) as conn:
+            conn.execute("UPDATE memory.segments SET status = 'pending' WHERE tenant = %s", (tenant,))
         run_enrichment(stack, server.base_url, segment, turns)
+        assert len(server.requests) == 2
     assert snapshot() == first and graph_counts() == first_graph
     assert len(first[0]) == 4 and len(first[1]) == 4
+
+
+def test_a_forgotten_segment_costs_no_model_call(stack, db_url, unique):
+    tenant, conversation = unique("tenant"), unique("conv")
+    segment, turns = seed_segment(tenant, conversation)
+    outcome, metrics = run_enrichment(stack, "http://unused", segment, turns, segment_row=False)
+    assert not outcome.enriched and outcome.error is None
+    assert metrics.segments_enriched.labels("forgotten")._value.get() == 1
 
 
 def test_invalid_output_is_retried_then_the_segment_fails_and_its_turns_stay_searchable(stack, db_url, unique):
