@@ -97,7 +97,11 @@ class Settings(BaseSettings):
     router_force_include: bool = Field(True, description="A turn matching every keyword force-includes its segment.")
     assistant_base_urls: str = Field("", description="Comma-separated assistant endpoints. Empty: the LLM endpoint.")
     assistant_model: str | None = Field(None, description="Assistant model name. Unset: the LLM model.")
-    assistant_concurrency: int = Field(4, description="Assistant reads in flight per question.")
+    # One by default: the embedded llama.cpp server serves one request at a time, and reads queued behind
+    # each other would time out while it still computes them. vLLM replicas take many (compose sets 8).
+    assistant_concurrency: int = Field(
+        1, description="Assistant reads in flight per answer worker, shared by the questions it answers at once."
+    )
     assistant_max_tokens: int = Field(384, description="Completion budget of one assistant read.")
     llm_tools_api: bool = Field(False, description="The master endpoint supports the OpenAI tools API.")
     agentic_max_steps: int = Field(6, description="Tool calls the agentic master may make before it must answer.")
