@@ -51,31 +51,29 @@ def tokens(text: str) -> list[str]:
     return normalize_answer(text).split()
 
 
+def _overlap(prediction: str, gold: str) -> tuple[int, int, int]:
+    """(shared tokens counted as multisets, prediction length, gold length), all normalised."""
+    pred, ref = tokens(prediction), tokens(gold)
+    return sum((Counter(pred) & Counter(ref)).values()), len(pred), len(ref)
+
+
 def f1_score(prediction: str, gold: str) -> float:
     """Token F1 over multisets of normalised tokens (0 when either side is empty)."""
-    pred, ref = tokens(prediction), tokens(gold)
-    if not pred or not ref:
+    same, n_pred, n_ref = _overlap(prediction, gold)
+    if same == 0:  # also when either side is empty
         return 0.0
-    same = sum((Counter(pred) & Counter(ref)).values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred), same / len(ref)
+    precision, recall = same / n_pred, same / n_ref
     return 2 * precision * recall / (precision + recall)
 
 
 def bleu1(prediction: str, gold: str) -> float:
     """BLEU-1 against one reference, as nltk's sentence_bleu(weights=(1, 0, 0, 0)) computes it:
     clipped unigram precision times the brevity penalty exp(1 - r/c) when c < r (1 when c > r)."""
-    hyp, ref = tokens(prediction), tokens(gold)
-    if not hyp or not ref:
+    clipped, c, r = _overlap(prediction, gold)
+    if clipped == 0:  # also when either side is empty
         return 0.0
-    clipped = sum((Counter(hyp) & Counter(ref)).values())
-    if clipped == 0:
-        return 0.0
-    precision = clipped / len(hyp)
-    c, r = len(hyp), len(ref)
     penalty = 1.0 if c > r else math.exp(1 - r / c)
-    return penalty * precision
+    return penalty * clipped / c
 
 
 def says_abstain(text: str) -> bool:

@@ -20,10 +20,8 @@ import argparse
 import asyncio
 import logging
 import os
-import re
 import sys
 import time
-import urllib.request
 import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -42,12 +40,14 @@ from epistream.sources import LocomoQA, LocomoSample, load_locomo
 
 from . import eval_report
 from .eval_metrics import ADVERSARIAL, recall_at_k, sample_by_category, score_answer, union_turns
+from .ingest import wait_for_rows
+from .stack import stale_worker_sources
+from .worker_metrics import model_requests, request_delta
 
 log = logging.getLogger("bench.locomo_eval")
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "results" / "locomo_eval.json"
-POLL_S = 0.5
 INGEST_STALL_S = 300.0
 ENRICH_POLL_S = 10.0
 
@@ -149,34 +149,6 @@ async def ingest(settings: Settings, samples: list[LocomoSample]) -> int:
 
     records = [(t.conversation_id.encode(), t.to_bytes()) for s in samples for t in s.turns]
     return await produce_raw(settings, records)
-
-
-async def _count(conn: psycopg.AsyncConnection, query: str, params: tuple) -> int:
-    cur = await conn.execute(query, params)
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
-
-
-async def wait_for_turns(url: str, tenant: str, expected: int) -> float:
-    """Poll until `expected` turns of `tenant` are stored; seconds waited."""
-    started = time.perf_counter()
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        last, changed, printed = -1, time.perf_counter(), 0.0
-        while True:
-            stored = await _count(conn, "SELECT count(*) FROM memory.turns WHERE tenant = %s", (tenant,))
-            now = time.perf_counter()
-            if stored >= expected:
-                print(f"  {stored}/{expected} turns stored ({now - started:.1f}s)", flush=True)
-                return now - started
-            if stored != last:
-                last, changed = stored, now
-            elif now - changed > INGEST_STALL_S:
-                raise TimeoutError(f"{tenant}: {stored}/{expected} turns, no progress for {INGEST_STALL_S:.0f}s "
-                                   "(see <home>/logs/worker-ingest.log)")
-            if now - printed >= 10:
-                print(f"  {stored}/{expected} turns stored", flush=True)
-                printed = now
-            await asyncio.sleep(POLL_S)
 
 
 STORE_STATE = """
@@ -435,42 +407,6 @@ async def drain(settings: Settings, timeout_s: float) -> None:
         await asyncio.sleep(10)
 
 
-_REQUESTS = re.compile(r"^epistream_model_requests_total\{([^}]*)\}\s+(\S+)$", re.MULTILINE)
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
-
-
-def parse_model_requests(text: str) -> dict[str, dict[str, float]]:
-    """{role: {outcome: count}} from a worker's Prometheus text (summed over endpoints)."""
-    counts: dict[str, dict[str, float]] = {}
-    for labels, value in _REQUESTS.findall(text):
-        found = dict(_LABEL.findall(labels))
-        role, outcome = found.get("role", "?"), found.get("outcome", "?")
-        counts.setdefault(role, {})
-        counts[role][outcome] = counts[role].get(outcome, 0.0) + float(value)
-    return counts
-
-
-async def answer_worker_requests(settings: Settings) -> dict[str, dict[str, float]] | None:
-    """The answer worker's model-request counters (None when /metrics is unreachable)."""
-    url = f"http://127.0.0.1:{settings.answer_metrics_port}/metrics"
-
-    def fetch() -> str:
-        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 (a fixed loopback URL)
-            return response.read().decode()
-
-    try:
-        return parse_model_requests(await asyncio.to_thread(fetch))
-    except OSError:
-        return None
-
-
-def request_delta(before: dict | None, after: dict | None) -> dict[str, dict[str, float]] | None:
-    if before is None or after is None:
-        return None
-    return {role: {o: after[role][o] - before.get(role, {}).get(o, 0.0) for o in after[role]
-                   if after[role][o] - before.get(role, {}).get(o, 0.0)} for role in after}
-
-
 def epistream_record(item: Item, got: dict[str, Any]) -> dict[str, Any]:
     answer: Answer | None = got["answer"]
     if answer is None:
@@ -595,20 +531,9 @@ async def run_judge(settings: Settings, args: argparse.Namespace, items: list[It
 
 def _stale_answer_worker(settings: Settings) -> dict[str, Any]:
     """When the answer worker started, and which answering sources changed since (it runs the older code)."""
-    from infra.process import ManagedProcess
-
-    from .stack import process_started_at
-
-    pid = ManagedProcess("worker-answer", settings.state_dir).pid()
-    started = process_started_at(pid) if pid else None
-    if started is None:
-        return {"started_at": None, "sources_changed_since": []}
-    changed = [
-        str(path.relative_to(ROOT)) for folder in ("consumers", "epistream")
-        for path in sorted((ROOT / folder).rglob("*.py"))
-        if datetime.fromtimestamp(path.stat().st_mtime, tz=UTC) > started
-    ]
-    return {"started_at": started.isoformat(timespec="seconds"), "sources_changed_since": changed}
+    started, changed = stale_worker_sources(settings, ROOT, worker="answer", folders=("consumers", "epistream"))
+    return {"started_at": started.isoformat(timespec="seconds") if started else None,
+            "sources_changed_since": changed}
 
 
 async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant: str) -> dict[str, Any]:
@@ -641,7 +566,8 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
           f"tenant {tenant}", flush=True)
     started = time.perf_counter()
     await ingest(settings, samples)
-    await wait_for_turns(url, tenant, expected)
+    await asyncio.to_thread(wait_for_rows, url, tenant, expected, stall_s=INGEST_STALL_S, progress_every_s=10.0)
+    print(f"  {expected}/{expected} turns stored ({time.perf_counter() - started:.1f}s)", flush=True)
     timings["ingest_s"] = round(time.perf_counter() - started, 2)
     if args.wait_enrichment:
         done, waited = await wait_for_enrichment(url, tenant, args.enrichment_timeout, settings.segment_idle_s)
@@ -682,7 +608,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
             print(f"\n3. asking {len(asked)} questions (mode {args.mode}, {args.concurrency} in flight) "
                   f"through {settings.topic_questions}, replies on {reply_topic}", flush=True)
             started = time.perf_counter()
-            requests_before = await answer_worker_requests(settings)
+            requests_before = await asyncio.to_thread(model_requests, settings, settings.answer_metrics_port)
             try:
                 got = await ask_all(settings, asked, tenant=tenant, run_id=run_id, mode=Mode(args.mode),
                                     reply_topic=reply_topic, concurrency=args.concurrency, timeout_s=args.timeout)
@@ -694,8 +620,8 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
                         log.warning("could not delete %s: %s", reply_topic, exc)
             timings["questions_s"] = round(time.perf_counter() - started, 1)
             # Whose model calls succeeded while the questions ran (other askers would count too).
-            result["answer_worker_model_requests"] = request_delta(requests_before,
-                                                                   await answer_worker_requests(settings))
+            result["answer_worker_model_requests"] = request_delta(
+                requests_before, await asyncio.to_thread(model_requests, settings, settings.answer_metrics_port))
             for it in asked:
                 records[it.index]["systems"]["epistream"] = epistream_record(it, got[it.index])
             result["unanswered"] = sum(1 for g in got.values() if g["answer"] is None)

@@ -89,15 +89,17 @@ def worker_setting(settings: Settings, field: str) -> str | None:
     return None if default is None else str(default)
 
 
-def stale_worker_sources(settings: Settings, root: Path) -> tuple[datetime | None, list[str]]:
-    """The ingest worker's start time, and the code files changed since (it runs the older version of those)."""
-    pid = worker_pid(settings)
+def stale_worker_sources(
+    settings: Settings, root: Path, *, worker: str = "ingest", folders: tuple[str, ...] = ("pipeline", "epistream")
+) -> tuple[datetime | None, list[str]]:
+    """A worker's start time, and the code files changed since (it runs the older version of those)."""
+    pid = managed_pid(settings, f"worker-{worker}")
     started = process_started_at(pid) if pid else None
     if started is None:
         return None, []
     changed = [
         str(path.relative_to(root))
-        for folder in ("pipeline", "epistream")
+        for folder in folders
         for path in sorted((root / folder).rglob("*.py"))
         if datetime.fromtimestamp(path.stat().st_mtime, tz=UTC) > started
     ]

@@ -19,18 +19,21 @@ from epistream.settings import Settings
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def _scrape_samples(settings: Settings, port: int | None = None) -> Samples | None:
-    """Every sample of a worker's /metrics (default: the ingest worker's), or None where it cannot be read."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port or settings.ingest_metrics_port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-    except OSError:
-        return None
+def _samples(text: str) -> Samples:
     return {
         (s.name, frozenset(s.labels.items())): s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def _scrape_samples(settings: Settings, port: int | None = None) -> Samples | None:
+    """Every sample of a worker's /metrics (default: the ingest worker's), or None where it cannot be read."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port or settings.ingest_metrics_port}/metrics", timeout=5) as r:
+            return _samples(r.read().decode())
+    except OSError:
+        return None
 
 
 def _sum(samples: Samples, name: str, **labels: str) -> float:
@@ -74,6 +77,35 @@ class ExtractorCounters(_Counters):
     @property
     def calls(self) -> float:
         return self.calls_ok + self.calls_invalid_output + self.calls_retry + self.calls_failed
+
+
+def _requests_by_role(samples: Samples) -> dict[str, dict[str, float]]:
+    counts: dict[str, dict[str, float]] = {}
+    for (name, labels), value in samples.items():
+        if name == "epistream_model_requests_total":
+            found = dict(labels)
+            by_outcome = counts.setdefault(found.get("role", "?"), {})
+            outcome = found.get("outcome", "?")
+            by_outcome[outcome] = by_outcome.get(outcome, 0.0) + value
+    return counts
+
+
+def parse_model_requests(text: str) -> dict[str, dict[str, float]]:
+    """{role: {outcome: count}} from a worker's Prometheus text (summed over endpoints)."""
+    return _requests_by_role(_samples(text))
+
+
+def model_requests(settings: Settings, port: int) -> dict[str, dict[str, float]] | None:
+    """The model-request counters of the worker serving /metrics on `port` (None when unreachable)."""
+    samples = _scrape_samples(settings, port)
+    return None if samples is None else _requests_by_role(samples)
+
+
+def request_delta(before: dict | None, after: dict | None) -> dict[str, dict[str, float]] | None:
+    if before is None or after is None:
+        return None
+    return {role: {o: after[role][o] - before.get(role, {}).get(o, 0.0) for o in after[role]
+                   if after[role][o] - before.get(role, {}).get(o, 0.0)} for role in after}
 
 
 def model_calls_all_workers(settings: Settings) -> float | None:

@@ -217,7 +217,7 @@ async def enrich_segment(segment: Segment, deps: EnrichDeps) -> EnrichOutcome:
     and returns the error for the caller to dead-letter."""
     started = time.perf_counter()
     async with deps.pool.connection() as conn:
-        skip = await memory_store.enrichment_needed(conn, segment, ENRICH_PROMPT_VERSION)
+        skip = await memory_store.skip_reason(conn, segment, ENRICH_PROMPT_VERSION)
     if skip is not None:
         # Spare the model: a forgotten conversation, or a redelivery of a segment already enriched.
         deps.metrics.segments_enriched.labels(skip).inc()

@@ -98,7 +98,7 @@ async def _entity(conn: AsyncConnection, segment: Segment, normalized: str, surf
     return ident
 
 
-async def enrichment_needed(conn: AsyncConnection, segment: Segment, prompt_version: str) -> str | None:
+async def skip_reason(conn: AsyncConnection, segment: Segment, prompt_version: str) -> str | None:
     """Why a delivered segment needs no model call: "forgotten" (its row is gone) or "done" (already
     enriched by this prompt version, e.g. a redelivery after a crash); None when it must be enriched."""
     async with tenant_scope(conn, segment.tenant):

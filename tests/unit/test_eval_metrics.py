@@ -22,7 +22,7 @@ from bench.eval_metrics import (
     union_turns,
 )
 from bench.eval_report import markdown, summarise_recall, summarise_system
-from bench.locomo_eval import parse_model_requests, request_delta
+from bench.worker_metrics import parse_model_requests, request_delta
 
 
 def test_normalisation_lowers_drops_punctuation_articles_and_extra_spaces():
