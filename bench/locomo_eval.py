@@ -367,6 +367,8 @@ async def ask_all(settings: Settings, items: list[Item], *, tenant: str, run_id:
                 results[item.index] = {"answer": answer, "roundtrip_s": arrived - sent}
             except TimeoutError:
                 results[item.index] = {"answer": None, "roundtrip_s": None}
+        if results[item.index]["answer"] is None or results[item.index]["answer"].error:
+            await _stop_if_unhealthy(settings)
         done += 1
         answer = results[item.index]["answer"]
         shown = "TIMEOUT" if answer is None else f"{answer.answer[:90]!r}{' (abstained)' if answer.abstained else ''}"
@@ -388,15 +390,24 @@ async def ask_all(settings: Settings, items: list[Item], *, tenant: str, run_id:
     return results
 
 
+async def _stop_if_unhealthy(settings: Settings) -> None:
+    """A failed answer from a broken stack is no result: stop the run, naming what is broken."""
+    from epistream.errors import ServiceError
+    from epistream.health import probe_all
+
+    bad = [p for p in await probe_all(settings) if not p.healthy]
+    if bad:
+        raise ServiceError("unhealthy during the run: " + "; ".join(f"{p.service} ({p.detail})" for p in bad))
+
+
 async def drain(settings: Settings, timeout_s: float) -> None:
     """Wait (at most `timeout_s`) until the answer worker has no question left on memory.questions."""
-    from consumers.worker import GROUP_ID
     from epistream.kafka_io import consumer_lag
 
     started = time.perf_counter()
     while time.perf_counter() - started < timeout_s:
         try:
-            lag = (await consumer_lag(settings, GROUP_ID, [settings.topic_questions]))[settings.topic_questions]
+            lag = (await consumer_lag(settings, settings.answer_group, [settings.topic_questions]))[settings.topic_questions]
         except Exception as exc:  # lag is advisory here
             log.warning("consumer lag unavailable: %s", exc)
             return
@@ -666,6 +677,8 @@ def main(argv: list[str] | None = None, *, settings: Settings | None = None,
 
 def run_from_args(args: argparse.Namespace, *, settings: Settings | None = None) -> int:
     """The whole evaluation from parsed arguments (`epistream eval` calls this)."""
+    from epistream.errors import ServiceError
+    from epistream.health import probe_all
     from infra import services
 
     from . import report
@@ -682,10 +695,19 @@ def run_from_args(args: argparse.Namespace, *, settings: Settings | None = None)
     tenant = args.tenant or f"eval-{run_id}"
     if not args.no_up:
         print(f"starting the stack under {settings.state_dir} (idempotent)", flush=True)
-        for row in services.up(settings):
-            print(f"  up   {row.name:<15} {row.detail}", flush=True)
+        try:
+            for row in services.up(settings):
+                print(f"  {row.state:<8} {row.name:<15} {row.detail}", flush=True)
+        except ServiceError as exc:
+            sys.exit(f"epistream eval: the stack is not healthy: {exc}")
+    bad = [p for p in asyncio.run(probe_all(settings)) if not p.healthy]
+    if bad:
+        sys.exit("epistream eval: unhealthy: " + "; ".join(f"{p.service} ({p.detail})" for p in bad))
     started = time.perf_counter()
-    result = asyncio.run(run(settings, args, run_id, tenant))
+    try:
+        result = asyncio.run(run(settings, args, run_id, tenant))
+    except ServiceError as exc:
+        sys.exit(f"epistream eval: {exc}")
     result["timings"]["total_s"] = round(time.perf_counter() - started, 1)
     result["machine"] = report.machine_info(ROOT)
     out = Path(args.out)

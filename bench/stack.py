@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from epistream.settings import Settings
-from infra.process import ManagedProcess
+from infra import services
 
-# The pid files up() writes, by the names the reports use.
+# The processes the supervisor runs, by the names the reports use.
 OWN_PROCESSES = ("worker-ingest", "worker-answer", "model-server", "kafka")
 
 
@@ -34,7 +34,7 @@ def process_started_at(pid: int) -> datetime | None:
 
 
 def managed_pid(settings: Settings, name: str) -> int | None:
-    return ManagedProcess(name, settings.state_dir).pid()
+    return services.service_pid(settings, name)
 
 
 def worker_pid(settings: Settings) -> int | None:
@@ -42,16 +42,12 @@ def worker_pid(settings: Settings) -> int | None:
 
 
 def restart_ingest_worker(settings: Settings) -> int | None:
-    """Stop the ingest worker and start it again as up() does, with this process's environment; its pid.
+    """Have the supervisor restart the ingest worker; its new pid.
 
     The only way to discard segments it has already fetched from Kafka: those stay in its memory even
     after they are deleted from the topic, and it calls the model for each before finding it forgotten.
     """
-    from infra import services  # the stack's own start-up, so the worker comes back exactly as up() starts it
-
-    ManagedProcess("worker-ingest", settings.state_dir).stop()
-    services.start_worker(settings, "ingest")
-    return worker_pid(settings)
+    return services.restart_service(settings, "worker-ingest")
 
 
 def process_cpu_seconds(pid: int | None) -> float | None:

@@ -21,7 +21,7 @@ from epistream.contracts import Question
 from epistream.db import create_pool
 from epistream.embeddings import Embedder
 from epistream.errors import ContractError, EpistreamError
-from epistream.kafka_io import consumer_lag, count_dead_letter, create_producer, dead_letter
+from epistream.kafka_io import consumer_lag, count_dead_letter, create_producer, dead_letter, worker_client_id
 from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
 from epistream.settings import Settings
@@ -31,7 +31,6 @@ from .assistants import AssistantPool
 
 log = logging.getLogger(__name__)
 
-GROUP_ID = "epistream-answer"
 STAGE = "answer"
 
 
@@ -93,13 +92,14 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     embedder = Embedder.from_settings(settings)
     master = ModelClient(
         create_client(settings), role="master", model=settings.llm_model, json_mode=settings.llm_json_mode,
-        metrics=metrics, max_retries=settings.llm_max_retries,
+        metrics=metrics, max_retries=settings.llm_max_retries, restart_wait_s=settings.llm_restart_wait_s,
     )
     assistants = AssistantPool(
         [
             ModelClient(create_client(settings, base_url=url), role="assistant",
                         model=settings.assistant_model or settings.llm_model, json_mode=settings.llm_json_mode,
-                        metrics=metrics, max_retries=settings.llm_max_retries)
+                        metrics=metrics, max_retries=settings.llm_max_retries,
+                        restart_wait_s=settings.llm_restart_wait_s)
             for url in settings.assistant_urls
         ],
         concurrency=settings.assistant_concurrency, max_tokens=settings.assistant_max_tokens,
@@ -110,7 +110,8 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     consumer = AIOKafkaConsumer(
         settings.topic_questions,
         bootstrap_servers=settings.kafka_bootstrap,
-        group_id=GROUP_ID,
+        group_id=settings.answer_group,
+        client_id=worker_client_id("answer"),
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         # Answering can take a while on a CPU model: do not get kicked from the group.
@@ -138,9 +139,9 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
 async def _report_lag(settings: Settings, metrics: Metrics, stop: asyncio.Event, every_s: float = 5.0) -> None:
     while not stop.is_set():
         try:
-            lag = await consumer_lag(settings, GROUP_ID, [settings.topic_questions])
+            lag = await consumer_lag(settings, settings.answer_group, [settings.topic_questions])
             for topic, value in lag.items():
-                metrics.consumer_lag.labels(GROUP_ID, topic).set(value)
+                metrics.consumer_lag.labels(settings.answer_group, topic).set(value)
         except Exception as exc:  # telemetry only: never stop answering for it
             log.debug("consumer lag unavailable: %s", exc)
         await asyncio.sleep(every_s)

@@ -21,16 +21,25 @@ def _settings() -> Settings:
     return Settings()
 
 
-def _print_rows(rows) -> None:  # type: ignore[no-untyped-def]
+def _print_rows(rows, file=None) -> None:  # type: ignore[no-untyped-def]
+    """Service rows (infra) or probes (epistream.health): state, name, detail, and a crashed one's log lines."""
     for row in rows:
-        mark = "up  " if row.running else "down"
-        print(f"  {mark} {row.name:<15} {row.detail}")
+        name = getattr(row, "name", None) or row.service
+        print(f"  {str(row.state):<8} {name:<15} {row.detail}", file=file)
+        for line in getattr(row, "log_tail", []):
+            print(f"           | {line}", file=file)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     from infra import services
 
-    rows = services.up(_settings(), workers=not args.no_workers)
+    from .errors import ServiceError
+
+    try:
+        rows = services.up(_settings(), workers=not args.no_workers)
+    except ServiceError as exc:
+        print(f"epistream is not healthy: {exc}", file=sys.stderr)
+        return 1
     print("epistream is up:")
     _print_rows(rows)
     return 0
@@ -49,6 +58,35 @@ def cmd_status(args: argparse.Namespace) -> int:
     rows = services.status(_settings())
     _print_rows(rows)
     return 0 if all(r.running for r in rows) else 1
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    """The probes alone, without the supervisor: what container health checks run."""
+    from .health import probe_all
+
+    probes = asyncio.run(probe_all(_settings(), only=set(args.services) or None))
+    _print_rows(probes)
+    return 0 if probes and all(p.healthy for p in probes) else 1
+
+
+def unhealthy(settings: Settings, only: set[str] | None = None) -> list:  # type: ignore[type-arg]
+    """The probes that failed (an empty list: everything asked about is healthy)."""
+    from .health import probe_all
+
+    return [p for p in asyncio.run(probe_all(settings, only=only)) if not p.healthy]
+
+
+def fail_loudly(settings: Settings, what: str, only: set[str] | None = None) -> int:
+    """Print why `what` failed, naming each unhealthy service; the exit status to return."""
+    bad = unhealthy(settings, only)
+    print(f"\nepistream: {what}", file=sys.stderr)
+    if bad:
+        print("unhealthy: " + ", ".join(p.service for p in bad), file=sys.stderr)
+        _print_rows(bad, file=sys.stderr)
+    else:
+        print("every service answers its health probe; see the worker logs under "
+              f"{settings.state_dir / 'logs'}", file=sys.stderr)
+    return 1
 
 
 def _turn_records(path: Path, tenant: str | None, prefix: str) -> Iterator[tuple[bytes | None, bytes]]:
@@ -116,11 +154,20 @@ def cmd_ask(args: argparse.Namespace) -> int:
         asked_at=datetime.fromisoformat(args.asked_at) if args.asked_at else datetime.now(UTC),
         mode=Mode(args.mode),
     )
-    answer = asyncio.run(ask(settings, question, timeout_s=args.timeout))
+    if not args.no_check:
+        bad = unhealthy(settings, {"kafka", "worker-answer"})
+        if bad:
+            return fail_loudly(settings, "cannot ask: the answer path is not healthy", {"kafka", "worker-answer"})
+    try:
+        answer = asyncio.run(ask(settings, question, timeout_s=args.timeout))
+    except TimeoutError as exc:
+        return fail_loudly(settings, str(exc))
     if args.json:
         print(answer.model_dump_json(indent=2))
     else:
         _print_answer(answer, question.question)
+    if answer.error:
+        return fail_loudly(settings, f"the answer failed: {answer.error}")
     return 0
 
 
@@ -235,7 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-workers", action="store_true", help="start only the services")
     p.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop everything this state directory started").set_defaults(func=cmd_down)
-    sub.add_parser("status", help="what is running").set_defaults(func=cmd_status)
+    sub.add_parser("status", help="each service: its process (pid, restarts, last exit) and a probe that uses it"
+                   ).set_defaults(func=cmd_status)
+    p = sub.add_parser("health", help="run the health probes only (exit 1 if one fails): container health checks")
+    p.add_argument("services", nargs="*",
+                   help="kafka, postgres, model-server, embedder, worker-ingest, worker-answer (default: all)")
+    p.set_defaults(func=cmd_health)
 
     p = sub.add_parser("produce", help="stream turns from a JSONL or LoCoMo file to memory.turns")
     p.add_argument("file")
@@ -251,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--asked-at", help="ISO-8601 time the question is asked at (default: now)")
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--json", action="store_true", help="print the answer message as JSON")
+    p.add_argument("--no-check", action="store_true", help="skip the health check of Kafka and the answer worker")
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("sql", help="psql on the memory database (arguments after `sql` go to psql)")
@@ -301,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    for noisy in ("aiokafka", "kafka", "httpx", "faust", "mode", "pgserver"):
+    for noisy in ("aiokafka", "kafka", "httpx", "httpx2", "faust", "mode", "pgserver"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     return int(args.func(args) or 0)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 import uuid
 from datetime import UTC, datetime
@@ -44,13 +45,20 @@ def wait_until_stored(settings: Settings, turns: list[Turn], timeout_s: float = 
 
 
 def run_demo(settings: Settings, *, start: bool = True, mode: Mode = Mode.FAST) -> int:
-    from .cli import _print_answer
+    """0 when every question got a live answer; 1, naming the unhealthy service, at the first that did not."""
+    from .cli import _print_answer, _print_rows, fail_loudly, unhealthy
+    from .errors import ServiceError
 
     if start:
         from infra import services
 
-        for row in services.up(settings):
-            print(f"  up   {row.name:<15} {row.detail}")
+        try:
+            _print_rows(services.up(settings))
+        except ServiceError as exc:
+            print(f"epistream is not healthy: {exc}", file=sys.stderr)
+            return 1
+    elif unhealthy(settings):
+        return fail_loudly(settings, "the running stack is not healthy")
     turns = sample_turns()
     records = [(t.conversation_id.encode(), t.to_bytes()) for t in turns]
     asyncio.run(produce_raw(settings, records))
@@ -63,8 +71,13 @@ def run_demo(settings: Settings, *, start: bool = True, mode: Mode = Mode.FAST) 
             question_id=f"demo-{uuid.uuid4()}", tenant=turns[0].tenant, question=item["question"],
             conversation_ids=[turns[0].conversation_id], asked_at=asked_at, mode=mode,
         )
-        answer = asyncio.run(ask(settings, question))
+        try:
+            answer = asyncio.run(ask(settings, question))
+        except TimeoutError as exc:
+            return fail_loudly(settings, f"no answer: {exc}")
         _print_answer(answer, item["question"])
+        if answer.error:
+            return fail_loudly(settings, f"the answer failed: {answer.error}")
         print(f"   expected: {item['expected'] if item['expected'] is not None else '(unanswerable: abstain)'}")
     print(f"\ndone at {datetime.now(UTC):%H:%M:%S}; `epistream down` stops the services.")
     return 0

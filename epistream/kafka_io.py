@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+import os
+import socket
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import TopicAlreadyExistsError
 
 from .contracts import DeadLetter
@@ -22,6 +25,11 @@ log = logging.getLogger(__name__)
 class TopicSpec:
     name: str
     partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+#: The health topic only carries probes: an hour is plenty.
+HEALTH_TOPIC_CONFIG = {"retention.ms": str(3_600_000)}
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
@@ -32,6 +40,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(settings.topic_questions, settings.questions_partitions),
         TopicSpec(settings.topic_answers, settings.questions_partitions),
         TopicSpec(settings.topic_dlq, 1),
+        TopicSpec(settings.topic_health, 1, HEALTH_TOPIC_CONFIG),
     ]
 
 
@@ -47,7 +56,8 @@ async def ensure_topics(settings: Settings, *, timeout_s: float = 60.0) -> list[
             if wanted:
                 try:
                     await admin.create_topics(
-                        [NewTopic(t.name, num_partitions=t.partitions, replication_factor=1) for t in wanted]
+                        [NewTopic(t.name, num_partitions=t.partitions, replication_factor=1, topic_configs=t.config)
+                         for t in wanted]
                     )
                 except TopicAlreadyExistsError:
                     pass  # another process won the race
@@ -59,6 +69,48 @@ async def ensure_topics(settings: Settings, *, timeout_s: float = 60.0) -> list[
             await asyncio.sleep(1.0)
         finally:
             await admin.close()
+
+
+def worker_client_prefix(worker: str) -> str:
+    return f"epistream-{worker}-{socket.gethostname()}-"
+
+
+def worker_client_id(worker: str, *, pid: int | None = None) -> str:
+    """The Kafka client id of a worker process: health checks find the process among its group's members by it."""
+    return f"{worker_client_prefix(worker)}{pid if pid is not None else os.getpid()}"
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    client_id: str
+    host: str
+    partitions: int
+
+
+async def group_members(settings: Settings, group: str) -> tuple[str, list[GroupMember]]:
+    """The group's state (Stable, PreparingRebalance, Empty, Dead ...) and its members."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5_000)
+    await admin.start()
+    try:
+        described = await admin.describe_consumer_groups([group])
+    finally:
+        await admin.close()
+    # aiokafka returns the raw DescribeGroups response(s): one group per response here.
+    for response in described:
+        for _error, group_id, state, _protocol_type, _protocol, members, *_ in response.groups:
+            if group_id == group:
+                return state, [GroupMember(m[1], m[2], _assigned_partitions(m[-1])) for m in members]
+    return "Dead", []
+
+
+def _assigned_partitions(assignment: bytes) -> int:
+    """How many partitions a member's consumer-protocol assignment holds (0 while none or unreadable)."""
+    if not assignment:
+        return 0
+    try:
+        return len(ConsumerProtocolMemberAssignment.decode(assignment).partitions())
+    except Exception:  # a foreign protocol's bytes: membership still counts, the count is unknown
+        return 0
 
 
 def create_producer(settings: Settings) -> AIOKafkaProducer:

