@@ -34,7 +34,7 @@ class Settings(BaseSettings):
     kafka_bootstrap: str = Field("127.0.0.1:19092", description="Kafka bootstrap servers.")
     kafka_embedded: bool = Field(True, description="Start a local single-node KRaft broker.")
     kafka_controller_port: int = Field(19093, description="Embedded broker's controller port.")
-    kafka_version: str = Field("3.9.1", description="Embedded Kafka release (Maven Central).")
+    kafka_version: str = Field("4.4.0", description="Embedded Kafka release (Maven Central): 4.x (default) or 3.9.x.")
     kafka_heap: str = Field("768m", description="Embedded broker's Java heap.")
     topic_turns: str = "memory.turns"
     topic_segments: str = "memory.segments"

@@ -24,9 +24,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from epistream.db import embedded_uri_file
+from epistream.db import apply_migrations, database_url, embedded_uri_file
 from epistream.errors import ServiceError
 from epistream.health import WORKERS, Health, Probe, probe_all
+from epistream.kafka_io import ensure_topics
 from epistream.settings import Settings
 
 from . import supervisor as sup
@@ -158,12 +159,14 @@ def up(settings: Settings, *, workers: bool = True, timeout_s: float = 600.0) ->
     from .stack import service_specs
 
     _prepare(settings)
+    _set_up_external(settings)
     wanted = [s.name for s in service_specs(settings) if workers or not s.name.startswith("worker-")]
     started = time.perf_counter()
-    _start_supervisor(settings, wanted)
-    _wait_running(settings, wanted, timeout_s)
+    if wanted:  # with every service external and no workers (a deployment's init job) nothing is supervised
+        _start_supervisor(settings, wanted)
+        _wait_running(settings, wanted, timeout_s)
     # Workers join their consumer groups a little after they serve /metrics: give the probes time.
-    relevant = set(wanted) | _probed_only(settings)
+    relevant = set(wanted) | _probed_only(settings, workers=workers)
     deadline = time.monotonic() + 120
     while True:
         rows = status(settings, settle=True)
@@ -177,10 +180,25 @@ def up(settings: Settings, *, workers: bool = True, timeout_s: float = 600.0) ->
     return rows
 
 
-def _probed_only(settings: Settings) -> set[str]:
-    return {"embedder"} | ({"kafka"} if not settings.kafka_embedded else set()) | \
-        ({"postgres"} if settings.database_url is not None else set()) | \
-        ({"model-server"} if not settings.model_server_embedded else set())
+def _set_up_external(settings: Settings) -> None:
+    """Topics on an external broker and migrations on an external database (the embedded ones get
+    theirs from the supervisor, each time they start)."""
+    if not settings.kafka_embedded:
+        asyncio.run(ensure_topics(settings))
+    if settings.database_url is not None:
+        apply_migrations(database_url(settings))
+
+
+def _probed_only(settings: Settings, *, workers: bool) -> set[str]:
+    """External services `up` checks but does not run; without workers, only what set-up needs."""
+    probed = {"kafka"} if not settings.kafka_embedded else set()
+    if settings.database_url is not None:
+        probed.add("postgres")
+    if workers:
+        probed.add("embedder")
+        if not settings.model_server_embedded:
+            probed.add("model-server")
+    return probed
 
 
 def _describe(row: ServiceStatus) -> str:
@@ -222,17 +240,22 @@ def _embedded(settings: Settings) -> set[str]:
 
 
 def _join(probe: Probe, info: dict | None, *, supervised: bool, last: dict | None) -> ServiceStatus:
+    """One row: the probe's verdict, with what the supervisor knows of the process behind it."""
     if not supervised:
         return ServiceStatus(probe.service, probe.state, f"{probe.detail} [{probe.seconds * 1000:.0f} ms]")
     if info is None:
-        # Not running under a live supervisor: say how it last ended, if we know.
+        # No live supervisor: the process may still run (its supervisor was killed), or have ended.
+        pid = (last or {}).get("pid")
+        if pid and pid_alive(pid):
+            return ServiceStatus(probe.service, probe.state, f"{probe.detail} (pid {pid}, unsupervised: the "
+                                 "supervisor is not running; `epistream up` restarts it)", pid=pid)
         ended = (last or {}).get("last_exit")
         detail = "not running" + (f" (last {ended['text']} at {ended['at']})" if ended else "")
         return ServiceStatus(probe.service, Health.DOWN, detail, log_tail=log_tail((last or {}).get("log", "")))
     pid, restarts = info.get("pid"), info.get("restarts", 0)
     where = f"pid {pid}, restarts {restarts}"
     if info.get("state") == "backoff":
-        return ServiceStatus(probe.service, "crashed", f"{info.get('detail')} ({where})", pid=None,
+        return ServiceStatus(probe.service, "crashed", f"{info.get('detail')} (restarts {restarts})",
                              restarts=restarts, log_tail=log_tail(info.get("log", "")))
     if info.get("state") in ("starting", "waiting"):
         return ServiceStatus(probe.service, "starting", f"{info.get('detail') or 'starting'} ({where})", pid=pid,

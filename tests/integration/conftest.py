@@ -36,6 +36,7 @@ TEST_ENV = {
     "EPISTREAM_LLM_TIMEOUT_S": "240",
     # The tiny CPU model takes seconds a step: keep the agentic loop short in tests.
     "EPISTREAM_AGENTIC_MAX_STEPS": "3",
+    "EPISTREAM_SUPERVISOR_METRICS_PORT": "29103",
 }
 for _name, _value in TEST_ENV.items():
     os.environ.setdefault(_name, _value)
@@ -43,7 +44,19 @@ for _name, _value in TEST_ENV.items():
 from epistream.db import create_pool, database_url
 from epistream.kafka_io import partitions_of
 from epistream.settings import Settings
-from infra import services
+from infra import services, supervisor
+from infra.process import pid_alive
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The health checks first (nothing else is worth running if they fail); the tests that kill
+    services of the shared stack last."""
+    def order(item: pytest.Item) -> int:
+        if item.get_closest_marker("disruptive"):
+            return 2
+        return 0 if item.module is not None and item.module.__name__.endswith("test_health") else 1
+
+    items.sort(key=order)  # stable: the usual order within each group
 
 
 @pytest.fixture(scope="session")
@@ -61,6 +74,9 @@ def stack(settings: Settings):
     yield settings
     if os.environ.get("EPISTREAM_TEST_KEEP_STACK") != "1":
         services.down(settings)
+        left = [name for name, info in supervisor.read_state(settings.state_dir).get("services", {}).items()
+                if info.get("pid") and pid_alive(info["pid"])]
+        assert supervisor.supervisor_pid(settings.state_dir) is None and not left, f"still running after down: {left}"
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from epistream.metrics import Metrics
+from epistream.metrics import Metrics, SupervisorMetrics
 from epistream.settings import Settings
 from infra import prometheus_server
 
@@ -63,7 +63,8 @@ def _interpolate(value: str) -> str:
 def metric_names() -> set[str]:
     """Every series name the registry can expose, with the suffixes Prometheus sees."""
     names = set()
-    for family in Metrics.create().registry.collect():
+    families = [*Metrics.create().registry.collect(), *SupervisorMetrics.create().registry.collect()]
+    for family in families:
         if family.type == "counter":
             names |= {f"{family.name}_total", f"{family.name}_created"}
         elif family.type == "histogram":
@@ -115,6 +116,15 @@ def test_workers_are_configured_only_by_epistream_variables(compose):
         assert not settings.kafka_embedded and not settings.model_server_embedded
 
 
+def test_every_long_running_service_restarts_and_workers_check_themselves_with_the_probes(compose):
+    for name, service in compose["services"].items():
+        if name != "init":
+            assert service.get("restart") == "unless-stopped", name
+    for name, worker in (("indexer", "worker-ingest"), ("answerer", "worker-answer")):
+        test = compose["services"][name]["healthcheck"]["test"]
+        assert test[:3] == ["CMD", "epistream", "health"] and worker in test and "kafka" in test, test
+
+
 def test_worker_image():
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim", dockerfile, re.M)
@@ -124,7 +134,7 @@ def test_worker_image():
 
 def test_infrastructure_services(compose):
     services = compose["services"]
-    assert services["kafka"]["image"] == "apache/kafka:3.9.1"
+    assert services["kafka"]["image"] == "apache/kafka:4.4.0"
     kafka_env = _environment(services["kafka"])
     assert "controller" in kafka_env["KAFKA_PROCESS_ROLES"] and "CLUSTER_ID" in kafka_env
     postgres_dockerfile = (COMPOSE.parent / services["postgres"]["build"] / "Dockerfile").read_text()
