@@ -6,11 +6,20 @@ import asyncio
 import time
 from collections.abc import Iterable
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from .contracts import Answer, Question
 from .kafka_io import create_producer, partitions_of
 from .settings import Settings
+
+
+async def _start(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
+    """Start a client; one that cannot reach the broker is closed before the error goes up."""
+    try:
+        await client.start()
+    except BaseException:
+        await client.stop()
+        raise
 
 
 async def produce_raw(
@@ -18,7 +27,7 @@ async def produce_raw(
 ) -> int:
     """Send (key, value) pairs to `memory.turns` (or `topic`); return how many were sent."""
     producer = create_producer(settings)
-    await producer.start()
+    await _start(producer)
     sent = 0
     try:
         pending = []
@@ -40,9 +49,13 @@ async def ask(settings: Settings, question: Question, *, timeout_s: float = 300.
     """Produce a question and wait for its answer on the reply topic."""
     reply_topic = question.reply_topic or settings.topic_answers
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, group_id=None)
-    await consumer.start()
+    await _start(consumer)
     producer = create_producer(settings)
-    await producer.start()
+    try:
+        await _start(producer)
+    except BaseException:
+        await consumer.stop()
+        raise
     try:
         # Position at the end of every partition *before* asking, so the answer cannot be missed.
         partitions = [TopicPartition(reply_topic, p) for p in await partitions_of(settings, reply_topic)]

@@ -290,3 +290,16 @@ def test_grafana_provisioning():
     assert datasources["datasources"][0]["type"] == "prometheus"
     providers = _load_yaml(GRAFANA / "provisioning" / "dashboards" / "epistream.yml")
     assert providers["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+def test_the_model_server_is_built_portably_and_the_same_way_everywhere():
+    """A native build emits AVX-512/AMX code that a VM's OS may not enable: it died with a general
+    protection fault at the first completion. The Makefile and the image build the same baseline."""
+    makefile = (ROOT / "Makefile").read_text()
+    flags = re.search(r"^GGML_PORTABLE_FLAGS\s*=\s*(.+)$", makefile, re.M).group(1).split()
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    image_flags = re.search(r'CMAKE_ARGS="([^"]+)"', dockerfile).group(1).split()
+    assert flags == image_flags
+    assert "-DGGML_NATIVE=OFF" in flags
+    assert not [f for f in flags if re.search(r"AVX512|AMX", f) and f.endswith("=ON")]
+    assert {"-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON"} <= set(flags)
