@@ -92,8 +92,8 @@ async def _timed(service: str, timeout_s: float, work: Callable[[], Awaitable[tu
 async def probe_kafka(settings: Settings) -> Probe:
     async def work() -> tuple[Health, str]:
         admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5_000)
-        await admin.start()
         try:
+            await admin.start()
             topics = set(await admin.list_topics())
         finally:
             await admin.close()
@@ -103,9 +103,9 @@ async def probe_kafka(settings: Settings) -> Probe:
         producer = create_producer(settings)
         consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None,
                                     enable_auto_commit=False)
-        await producer.start()
-        await consumer.start()
         try:
+            await producer.start()
+            await consumer.start()
             sent = await producer.send_and_wait(settings.topic_health, value=token)
             partition = TopicPartition(settings.topic_health, sent.partition)
             consumer.assign([partition])
@@ -114,7 +114,7 @@ async def probe_kafka(settings: Settings) -> Probe:
                 batch = await consumer.getmany(partition, timeout_ms=1000)
                 if any(r.value == token for r in batch.get(partition, [])):
                     return Health.UP, f"{len(topics)} topics; a probe record produced and read back"
-        finally:
+        finally:  # stopping a client that never started is harmless
             await consumer.stop()
             await producer.stop()
 

@@ -90,8 +90,8 @@ class GroupMember:
 async def group_members(settings: Settings, group: str) -> tuple[str, list[GroupMember]]:
     """The group's state (Stable, PreparingRebalance, Empty, Dead ...) and its members."""
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5_000)
-    await admin.start()
     try:
+        await admin.start()
         described = await admin.describe_consumer_groups([group])
     finally:
         await admin.close()

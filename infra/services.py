@@ -89,8 +89,10 @@ def _adopt_unsupervised_postgres(settings: Settings) -> None:
 def _start_supervisor(settings: Settings, wanted: list[str]) -> int:
     run_dir = settings.state_dir / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
-    sup.wanted_file(settings.state_dir).write_text(json.dumps(wanted))
     pid = sup.supervisor_pid(settings.state_dir)
+    if pid is not None:  # `up` only adds: what already runs keeps running
+        wanted = list(dict.fromkeys([*sup.read_state(settings.state_dir).get("wanted", []), *wanted]))
+    sup.wanted_file(settings.state_dir).write_text(json.dumps(wanted))
     if pid is not None:
         os.kill(pid, signal.SIGHUP)  # re-read what it should run
         return pid
@@ -132,7 +134,8 @@ def _wait_running(settings: Settings, wanted: list[str], timeout_s: float) -> di
     while True:
         state = sup.read_state(settings.state_dir)
         services = state.get("services", {})
-        if all(services.get(n, {}).get("state") == "running" for n in wanted):
+        current = state.get("pid") == sup.supervisor_pid(settings.state_dir)  # not a dead supervisor's last word
+        if current and all(services.get(n, {}).get("state") == "running" for n in wanted):
             return services
         for name in wanted:
             info = services.get(name, {})
