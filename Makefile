@@ -70,6 +70,7 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports   # the layering contracts in pyproject.toml
 	$(BIN)/python -m pytest
 
 up: setup

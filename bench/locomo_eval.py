@@ -203,7 +203,7 @@ async def wait_for_enrichment(url: str, tenant: str, timeout_s: float, idle_clos
 
 def recall_configs(settings: Settings) -> dict[str, Any]:
     """The router as the answer worker configures it, one pathway at a time and fused two ways."""
-    from consumers.answer import router_config
+    from consumers.deps import router_config
 
     base = router_config(settings)
     return {

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
-from pipeline.dates import RELATIVE_PATTERN, ResolvedDate, resolve
+from epistream.dates import RELATIVE_PATTERN, ResolvedDate, resolve
 
 _MONTHS = "|".join(calendar.month_name[1:])
 # Explicit periods: "in May 2023", "during June, 2022", "in 2021", "May 2023".

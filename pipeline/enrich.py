@@ -18,57 +18,22 @@ from datetime import UTC, date, datetime
 from psycopg_pool import AsyncConnectionPool
 
 from epistream.contracts import Segment, SegmentTurn
+from epistream.dates import RELATIVE_PATTERN, ResolvedDate, gist_sentence, leading_date, resolve
 from epistream.embeddings import Embedder
 from epistream.errors import ModelOutputError, ModelUnavailable
 from epistream.llm import ModelClient
 from epistream.metrics import Metrics
+from epistream.names import normalize_name, normalize_predicate, resolve_speaker
 from epistream.settings import Settings
 
 from . import memory_store
-from .dates import RELATIVE_PATTERN, ResolvedDate, gist_sentence, leading_date, resolve
-from .entities import normalize_name, normalize_predicate, resolve_speaker
+from .enrichment import Enrichment, FactRow, GistRow
 from .prompts import ENRICH_PROMPT_VERSION, EnrichmentOut, FactOut, GistOut, load_prompt
 
 log = logging.getLogger(__name__)
 
 STAGE = "enrich"
 _WORD = re.compile(r"\w+", re.UNICODE)
-
-
-@dataclass(frozen=True)
-class GistRow:
-    gist_id: str
-    ordinal: int
-    text: str
-    event_date: date
-    precision: str
-    turn_ids: tuple[str, ...]
-    said_at: datetime
-
-
-@dataclass(frozen=True)
-class FactRow:
-    fact_id: str
-    ordinal: int
-    subject: str
-    predicate: str
-    object: str
-    point_in_time: date | None
-    start_time: date | None
-    end_time: date | None
-    turn_ids: tuple[str, ...]
-    said_at: datetime
-
-
-@dataclass(frozen=True)
-class Enrichment:
-    summary: str
-    gists: list[GistRow]
-    facts: list[FactRow]
-    #: normalised name -> surface form, for every entity this segment mentions
-    entities: dict[str, str]
-    #: gist id -> normalised names of the entities it mentions
-    mentions: dict[str, list[str]]
 
 
 def build_messages(segment: Segment) -> list[dict[str, str]]:

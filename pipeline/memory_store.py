@@ -5,20 +5,17 @@ that segment produced before, so a replay yields the same rows, never more."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 from psycopg import AsyncConnection
 
 from epistream.contracts import Segment
 from epistream.db import tenant_scope
+from epistream.names import entity_id, normalize_name
 from epistream.settings import Settings
 
 from . import graph_store
-from .entities import entity_id, normalize_name
-
-if TYPE_CHECKING:  # enrich imports this module to store its results
-    from .enrich import Enrichment
+from .enrichment import Enrichment
 
 LOCK_SEGMENT = "SELECT 1 FROM memory.segments WHERE tenant = %s AND segment_id = %s FOR UPDATE"
 DELETE_FACTS = "DELETE FROM memory.facts WHERE tenant = %s AND segment_id = %s"

@@ -12,8 +12,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from consumers.answer import AnswerDeps, answer_question, router_config
+from consumers.answer import answer_question
 from consumers.assistants import AssistantPool
+from consumers.deps import AnswerDeps, router_config
 from consumers.router import RouterConfig, route
 from consumers.timefilter import DateRange
 from epistream.contracts import Mode, Question, Turn

@@ -81,7 +81,7 @@ def scripted_worker(stack):
         asyncio.run(ensure_topics(settings))
         env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": str(v) for k, v in overrides.items()}
         process = ManagedProcess(f"worker-scripted-{suffix}", stack.state_dir)
-        process.spawn([sys.executable, "-m", "epistream.cli", "worker", "ingest"], env=env)
+        process.spawn([sys.executable, "-m", "epistream.shell.cli", "worker", "ingest"], env=env)
         try:
             wait_until(lambda: port_open("127.0.0.1", METRICS_PORT), timeout=60, what="scripted worker",
                        log_file=process.log_file)

@@ -19,7 +19,9 @@ from infra import services
 async def test_the_embedded_model_server_completes_before_anything_relies_on_it(stack):
     # `up` already ran this probe; it runs first here too, so a server that crashes at its first
     # completion (a CPU instruction the OS does not enable) fails this test, not a later one.
-    probe = await probe_model(stack, stack.llm_base_url)
+    # A long budget: the test stack's worker may be enriching a replayed segment, and the probe must
+    # see a completion, not a busy server.
+    probe = await probe_model(stack.with_overrides(health_timeout_s=300.0), stack.llm_base_url)
     assert probe.state is Health.UP, probe.detail
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from epistream.cli import psql_binary
+from infra.postgres_server import psql_binary
 
 from .seed import seed_memory
 

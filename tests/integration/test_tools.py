@@ -22,7 +22,7 @@ from consumers.tools import (
 )
 from epistream.db import create_pool, tenant_scope
 from epistream.embeddings import Embedder
-from pipeline.entities import normalize_name
+from epistream.names import normalize_name
 
 pytestmark = pytest.mark.integration
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from consumers.answer import build_messages, evidence_from, format_excerpts
 from consumers.context import turn_item
+from consumers.modes.fast import build_messages, evidence_from, format_excerpts
 from consumers.prompts import MasterAnswer, load_prompt
 from consumers.retrieve import RetrievedTurn
 from epistream.contracts import Question

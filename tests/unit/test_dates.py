@@ -1,4 +1,4 @@
-"""Unit tests for pipeline.dates (deterministic date parsing and gist repair; no services)."""
+"""Unit tests for epistream.dates (deterministic date parsing and gist repair; no services)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from pipeline.dates import (
+from epistream.dates import (
     RELATIVE_PATTERN,
     ResolvedDate,
     absolutize,

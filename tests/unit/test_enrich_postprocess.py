@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta, timezone
 
 from epistream.contracts import Segment, SegmentTurn
+from epistream.names import entity_id, normalize_name, normalize_predicate, resolve_speaker
 from pipeline.enrich import build_messages, postprocess
-from pipeline.entities import entity_id, normalize_name, normalize_predicate, resolve_speaker
 from pipeline.prompts import EnrichmentOut
 
 TZ = timezone(timedelta(hours=1))

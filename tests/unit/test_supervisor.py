@@ -15,8 +15,9 @@ import pytest
 from epistream.metrics import SupervisorMetrics
 from epistream.settings import Settings
 from infra import supervisor as sup
+from infra.service import ServiceSpec
 from infra.services import _join
-from infra.supervisor import ServiceSpec, Supervisor
+from infra.supervisor import Supervisor
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 

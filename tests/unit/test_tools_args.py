@@ -21,7 +21,7 @@ from consumers.tools import (
     resolve_range,
     validate_arguments,
 )
-from pipeline.dates import ResolvedDate
+from epistream.dates import ResolvedDate
 
 ASKED_AT = datetime(2025, 6, 15, 12, 0, tzinfo=timezone(timedelta(hours=1)))
 

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import psycopg
 
-from .client import ask, produce_raw
-from .contracts import Mode, Question, Turn
-from .db import database_url
-from .settings import Settings
+from ..client import ask, produce_raw
+from ..contracts import Mode, Question, Turn
+from ..db import database_url
+from ..settings import Settings
+from .output import fail_loudly, print_answer, print_rows, unhealthy
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 SAMPLE_CONVERSATION = DATA_DIR / "sample_conversation.jsonl"
 SAMPLE_QUESTIONS = DATA_DIR / "sample_questions.json"
 
@@ -46,14 +47,13 @@ def wait_until_stored(settings: Settings, turns: list[Turn], timeout_s: float = 
 
 def run_demo(settings: Settings, *, start: bool = True, mode: Mode = Mode.FAST) -> int:
     """0 when every question got a live answer; 1, naming the unhealthy service, at the first that did not."""
-    from .cli import _print_answer, _print_rows, fail_loudly, unhealthy
-    from .errors import ServiceError
+    from ..errors import ServiceError
 
     if start:
         from infra import services
 
         try:
-            _print_rows(services.up(settings))
+            print_rows(services.up(settings))
         except ServiceError as exc:
             print(f"epistream is not healthy: {exc}", file=sys.stderr)
             return 1
@@ -75,7 +75,7 @@ def run_demo(settings: Settings, *, start: bool = True, mode: Mode = Mode.FAST) 
             answer = asyncio.run(ask(settings, question))
         except TimeoutError as exc:
             return fail_loudly(settings, f"no answer: {exc}")
-        _print_answer(answer, item["question"])
+        print_answer(answer, item["question"])
         if answer.error:
             return fail_loudly(settings, f"the answer failed: {answer.error}")
         print(f"   expected: {item['expected'] if item['expected'] is not None else '(unanswerable: abstain)'}")

@@ -4,32 +4,22 @@ from each in parallel, let the master aggregate the quotes into an answer."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from epistream.contracts import Evidence, Question
 from epistream.db import tenant_scope
 from epistream.llm import Usage
 
-from .assistants import QuotedTurn, Reading, load_segments
-from .prompts import MASTER_PROMPT_VERSION, MasterAnswer, load_prompt
-from .router import RoutedSegment, route
-from .timefilter import DateRange, extract
+from ..assistants import QuotedTurn, load_segments
+from ..deps import AnswerDeps
+from ..prompts import MASTER_PROMPT_VERSION, MasterAnswer, load_prompt
+from ..router import RoutedSegment, route
+from ..timefilter import DateRange, extract
+from .base import Abstention, ModeResult, model_text
 
 # Events are often told after they happen ("last month I..."): a period named in
 # the question also admits what was said shortly after it.
 TOLD_LATER = timedelta(days=31)
-
-
-@dataclass(frozen=True)
-class DeepResult:
-    answer: str
-    abstained: bool
-    evidence: list[Evidence]
-    master: Usage
-    assistants: Usage
-    routed: list[RoutedSegment]
-    readings: list[Reading]
 
 
 def window_for(question: Question) -> DateRange | None:
@@ -37,7 +27,7 @@ def window_for(question: Question) -> DateRange | None:
     return None if found is None else DateRange(found.start, found.end + TOLD_LATER)
 
 
-async def route_question(deps, question: Question, vector) -> list[RoutedSegment]:  # type: ignore[no-untyped-def]
+async def route_question(deps: AnswerDeps, question: Question, vector) -> list[RoutedSegment]:  # type: ignore[no-untyped-def]
     """Route with the question's time filter, falling back to none when it empties the result."""
     window = window_for(question)
     async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
@@ -70,7 +60,7 @@ def to_evidence(quotes: list[QuotedTurn]) -> list[Evidence]:
     ]
 
 
-async def answer_deep(question: Question, deps) -> DeepResult:  # type: ignore[no-untyped-def]
+async def answer_deep(question: Question, deps: AnswerDeps) -> ModeResult:
     vector = (await asyncio.to_thread(deps.embedder.embed, [question.question]))[0]
     routed = await route_question(deps, question, vector)
     async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
@@ -80,13 +70,12 @@ async def answer_deep(question: Question, deps) -> DeepResult:  # type: ignore[n
     # In time order, so "the most recent" is also the last line the master reads.
     quotes = sorted((q for r in readings for q in r.quotes), key=lambda q: (q.time, q.turn_id))
     if not quotes:
-        return DeepResult("I don't know: nothing in this memory supports an answer.", True, [], Usage(),
-                          assistant_usage, routed, readings)
+        return ModeResult.abstain(Abstention.NO_EVIDENCE, assistants=assistant_usage)
     reply = await deps.master.complete_json(master_messages(question, quotes), MasterAnswer,
                                             max_tokens=deps.settings.llm_max_tokens)
     cited = [quotes[n - 1] for n in dict.fromkeys(reply.value.evidence) if 1 <= n <= len(quotes)] or quotes
-    return DeepResult(
-        answer=reply.value.answer.strip() or "I don't know", abstained=reply.value.abstain,
+    return ModeResult(
+        answer=model_text(reply.value.answer), abstained=reply.value.abstain,
         evidence=[] if reply.value.abstain else to_evidence(cited), master=reply.usage,
-        assistants=assistant_usage, routed=routed, readings=readings,
+        assistants=assistant_usage,
     )

