@@ -27,7 +27,7 @@ class AnswerDeps:
 
 
 def router_config(settings: Settings) -> RouterConfig:
-    fusion = "rrf" if settings.router_fusion == "rrf" else "minmax"
-    return RouterConfig(top_k=settings.router_top_k, candidates=settings.router_candidates, fusion=fusion,
+    return RouterConfig(top_k=settings.router_top_k, candidates=settings.router_candidates,
+                        fusion=settings.router_fusion,
                         weights=settings.pathway_weights, force_include=settings.router_force_include,
                         rrf_k=settings.rrf_k)

@@ -8,9 +8,16 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+ENV_PREFIX = "EPISTREAM_"
+
+
+class SettingsError(ValueError):
+    """A setting that does not validate, named by its environment variable."""
 
 
 class JsonMode(StrEnum):
@@ -24,7 +31,7 @@ class JsonMode(StrEnum):
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="EPISTREAM_", env_file=None, frozen=True, extra="ignore"
+        env_prefix=ENV_PREFIX, env_file=None, frozen=True, extra="ignore"
     )
 
     # --- where the embedded services keep their state -----------------------
@@ -96,10 +103,15 @@ class Settings(BaseSettings):
     # --- answering: router, assistants, master ------------------------------
     router_top_k: int = Field(5, description="Segments activated per question.")
     router_candidates: int = Field(50, description="Candidates each pathway takes from its index.")
-    router_fusion: str = Field("minmax", description="Pathway fusion: minmax (weighted) or rrf.")
-    router_weights: str = Field("0.3,0.4,0.3", description="Weights of summary, dense and lexical pathways.")
+    router_fusion: Literal["minmax", "rrf"] = Field("minmax", description="Pathway fusion: minmax (weighted) or rrf.")
+    # Comma-separated in the environment (NoDecode: not JSON), a validated tuple in the program.
+    router_weights: Annotated[tuple[float, float, float], NoDecode] = Field(
+        (0.3, 0.4, 0.3), description="Weights of summary, dense and lexical pathways."
+    )
     router_force_include: bool = Field(True, description="A turn matching every keyword force-includes its segment.")
-    assistant_base_urls: str = Field("", description="Comma-separated assistant endpoints. Empty: the LLM endpoint.")
+    assistant_base_urls: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="Comma-separated assistant endpoints. Empty: the LLM endpoint."
+    )
     assistant_model: str | None = Field(None, description="Assistant model name. Unset: the LLM model.")
     # One by default: the embedded llama.cpp server serves one request at a time, and reads queued behind
     # each other would time out while it still computes them. vLLM replicas take many (compose sets 8).
@@ -136,17 +148,35 @@ class Settings(BaseSettings):
     def extractor_model_name(self) -> str:
         return self.extractor_model or self.llm_model
 
+    @field_validator("router_weights", "assistant_base_urls", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("router_weights")
+    @classmethod
+    def _usable_weights(cls, value: tuple[float, float, float]) -> tuple[float, float, float]:
+        if any(w < 0 for w in value) or sum(value) == 0:
+            raise ValueError("three weights (summary, dense, lexical), none negative, not all zero")
+        return value
+
+    @field_validator("llm_base_url", "extractor_base_url", "assistant_base_urls")
+    @classmethod
+    def _http_urls(cls, value: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
+        for url in (value,) if isinstance(value, str) else (value or ()):
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        return value
+
     @property
     def assistant_urls(self) -> list[str]:
-        urls = [u.strip() for u in self.assistant_base_urls.split(",") if u.strip()]
-        return urls or [self.llm_base_url]
+        return list(self.assistant_base_urls) or [self.llm_base_url]
 
     @property
     def pathway_weights(self) -> tuple[float, float, float]:
-        values = [float(v) for v in self.router_weights.split(",")]
-        if len(values) != 3:
-            raise ValueError("EPISTREAM_ROUTER_WEIGHTS needs three numbers: summary, dense, lexical")
-        return values[0], values[1], values[2]
+        return self.router_weights
 
     @property
     def state_dir(self) -> Path:
@@ -154,3 +184,13 @@ class Settings(BaseSettings):
 
     def with_overrides(self, **values: object) -> Settings:
         return self.model_copy(update=values)
+
+
+def load_settings() -> Settings:
+    """The process's settings, or a SettingsError naming each bad variable: bad configuration
+    stops a process at start-up, not at its first question."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = [f"{ENV_PREFIX}{str(err['loc'][0]).upper()}: {err['msg']}" for err in exc.errors()]
+        raise SettingsError("invalid configuration:\n  " + "\n  ".join(problems)) from None

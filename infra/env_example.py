@@ -18,6 +18,8 @@ def render() -> str:
             default = default.get_secret_value()
         elif hasattr(default, "value"):
             default = default.value
+        elif isinstance(default, tuple):
+            default = ",".join(str(v) for v in default)  # as the environment writes it
         if field.description:
             lines.append(f"# {field.description}")
         lines.append(f"EPISTREAM_{name.upper()}={default}")

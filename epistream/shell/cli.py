@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..settings import Settings
+from ..settings import Settings, SettingsError, load_settings
 from .output import fail_loudly, print_answer, print_rows, unhealthy
 
 
 def _settings() -> Settings:
-    return Settings()
+    return load_settings()
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -301,7 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("aiokafka", "kafka", "httpx", "httpx2", "faust", "mode", "pgserver"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except SettingsError as exc:
+        print(f"epistream: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

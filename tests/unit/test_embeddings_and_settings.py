@@ -7,7 +7,7 @@ import pytest
 
 from epistream.db import migration_files
 from epistream.embeddings import DIMENSIONS, Embedder
-from epistream.settings import JsonMode, Settings
+from epistream.settings import JsonMode, Settings, SettingsError, load_settings
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,31 @@ def test_settings_come_from_prefixed_environment(monkeypatch):
     settings = Settings()
     assert settings.kafka_bootstrap == "broker:9092" and settings.llm_json_mode is JsonMode.JSON_SCHEMA
     assert "secret" not in repr(settings)
+
+
+def test_lists_and_choices_are_parsed_and_checked_at_start_up(monkeypatch):
+    monkeypatch.setenv("EPISTREAM_ROUTER_WEIGHTS", "0.2, 0.5,0.3")
+    monkeypatch.setenv("EPISTREAM_ASSISTANT_BASE_URLS", "http://a:8000/v1, http://b:8000/v1")
+    monkeypatch.setenv("EPISTREAM_ROUTER_FUSION", "rrf")
+    settings = load_settings()
+    assert settings.pathway_weights == (0.2, 0.5, 0.3) and settings.router_fusion == "rrf"
+    assert settings.assistant_urls == ["http://a:8000/v1", "http://b:8000/v1"]
+    monkeypatch.delenv("EPISTREAM_ASSISTANT_BASE_URLS")
+    assert load_settings().assistant_urls == [load_settings().llm_base_url]
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("EPISTREAM_ROUTER_FUSION", "weighted"),  # once silently read as minmax
+    ("EPISTREAM_ROUTER_WEIGHTS", "0.3,0.4"),
+    ("EPISTREAM_ROUTER_WEIGHTS", "0.3,abc,0.3"),
+    ("EPISTREAM_ROUTER_WEIGHTS", "0,0,0"),
+    ("EPISTREAM_ASSISTANT_BASE_URLS", "http://a:8000/v1,b:8000"),
+    ("EPISTREAM_LLM_BASE_URL", "localhost:8080"),
+])
+def test_a_bad_setting_fails_at_start_up_naming_its_variable(monkeypatch, variable, value):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=variable):
+        load_settings()
 
 
 def test_migrations_are_numbered_uniquely_and_in_order():
