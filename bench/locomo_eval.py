@@ -447,12 +447,10 @@ def epistream_record(item: Item, got: dict[str, Any]) -> dict[str, Any]:
 
 
 def _master(settings: Settings, *, timeout_s: float):  # type: ignore[no-untyped-def]
-    from epistream.llm import ModelClient, create_client
     from epistream.metrics import Metrics
+    from epistream.resources import model_client
 
-    return ModelClient(create_client(settings.with_overrides(llm_timeout_s=timeout_s)), role="master",
-                       model=settings.llm_model, json_mode=settings.llm_json_mode, metrics=Metrics.create(),
-                       max_retries=settings.llm_max_retries)
+    return model_client(settings, "master", Metrics.create(), timeout_s=timeout_s)
 
 
 def baseline_record(item: Item, result) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -515,17 +513,16 @@ async def run_baselines(settings: Settings, pool, tenant: str, items: list[Item]
 
 async def run_judge(settings: Settings, args: argparse.Namespace, items: list[Item],
                     records: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    from epistream.llm import ModelClient, create_client
     from epistream.metrics import Metrics
+    from epistream.resources import model_client
 
     from .eval_baselines import judge
 
     key = os.environ.get(args.judge_api_key_env) if args.judge_api_key_env else None
     judge_settings = settings.with_overrides(**({"llm_api_key": SecretStr(key)} if key else {}))
-    client = ModelClient(create_client(judge_settings, base_url=args.judge_base_url), role="judge",
-                         model=args.judge_model or settings.llm_model,
-                         json_mode=JsonMode(args.judge_json_mode) if args.judge_json_mode else settings.llm_json_mode,
-                         metrics=Metrics.create(), max_retries=settings.llm_max_retries)
+    client = model_client(judge_settings, "judge", Metrics.create(), base_url=args.judge_base_url,
+                          model=args.judge_model or None,
+                          json_mode=JsonMode(args.judge_json_mode) if args.judge_json_mode else None)
     tokens = [0, 0]
     for item in items:
         for system in records[item.index]["systems"].values():

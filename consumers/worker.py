@@ -22,8 +22,8 @@ from epistream.db import create_pool
 from epistream.embeddings import Embedder
 from epistream.errors import ContractError, EpistreamError
 from epistream.kafka_io import consumer_lag, count_dead_letter, create_producer, dead_letter, worker_client_id
-from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
+from epistream.resources import model_client
 from epistream.settings import Settings
 
 from .answer import answer_question, failed_answer
@@ -91,18 +91,9 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     pool = create_pool(settings)
     await pool.open(wait=True)
     embedder = Embedder.from_settings(settings)
-    master = ModelClient(
-        create_client(settings), role="master", model=settings.llm_model, json_mode=settings.llm_json_mode,
-        metrics=metrics, max_retries=settings.llm_max_retries, restart_wait_s=settings.llm_restart_wait_s,
-    )
+    master = model_client(settings, "master", metrics)
     assistants = AssistantPool(
-        [
-            ModelClient(create_client(settings, base_url=url), role="assistant",
-                        model=settings.assistant_model or settings.llm_model, json_mode=settings.llm_json_mode,
-                        metrics=metrics, max_retries=settings.llm_max_retries,
-                        restart_wait_s=settings.llm_restart_wait_s)
-            for url in settings.assistant_urls
-        ],
+        [model_client(settings, "assistant", metrics, base_url=url) for url in settings.assistant_urls],
         concurrency=settings.assistant_concurrency, max_tokens=settings.assistant_max_tokens,
     )
     deps = AnswerDeps(settings=settings, pool=pool, embedder=embedder, master=master, metrics=metrics,

@@ -15,8 +15,8 @@ from epistream.contracts import Segment, SegmentCloseRequest
 from epistream.db import create_pool, tenant_scope
 from epistream.embeddings import Embedder
 from epistream.kafka_io import consumer_lag, count_dead_letter, dead_letter, worker_client_id
-from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
+from epistream.resources import model_client
 from epistream.settings import Settings
 
 from . import segments
@@ -46,12 +46,7 @@ class IndexerResources(Service):
     async def on_start(self) -> None:
         await self.pool.open(wait=True)
         self.embedder = Embedder.from_settings(self.settings)
-        extractor = ModelClient(
-            create_client(self.settings, base_url=self.settings.extractor_url,
-                          timeout_s=self.settings.extractor_timeout_s), role="extractor",
-            model=self.settings.extractor_model_name, json_mode=self.settings.llm_json_mode, metrics=self.metrics,
-            max_retries=self.settings.llm_max_retries, restart_wait_s=self.settings.llm_restart_wait_s,
-        )
+        extractor = model_client(self.settings, "extractor", self.metrics)
         self._enrich = EnrichDeps(self.settings, self.pool, self.embedder, extractor, self.metrics)
         self.metrics.serve(self.settings.ingest_metrics_port, host=self.settings.metrics_host)
         log.info("indexer resources ready; metrics on :%d", self.settings.ingest_metrics_port)
