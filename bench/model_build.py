@@ -146,6 +146,7 @@ def measure(gguf: str, prompt_file: str) -> None:
 
     llm = llama_cpp.Llama(model_path=gguf, n_ctx=N_CTX, n_threads=N_THREADS, verbose=False)
     tokens = llm.tokenize(Path(prompt_file).read_bytes())[:PROMPT_TOKENS]
+    # Llama.eval is llama.cpp's forward pass over token ids (not Python's eval): nothing is executed.
     llm.eval(tokens[:16])  # warm-up: the weights paged in, the threads started
     llm.reset()
     started = time.perf_counter()

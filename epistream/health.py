@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+import openai
 import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -52,6 +53,8 @@ class Probe:
     state: Health
     detail: str
     seconds: float
+    #: it gave no answer in time (as opposed to an error): a busy server looks like this
+    timed_out: bool = False
 
     @property
     def healthy(self) -> bool:
@@ -80,13 +83,15 @@ def model_endpoints(settings: Settings) -> list[str]:
 
 async def _timed(service: str, timeout_s: float, work: Callable[[], Awaitable[tuple[Health, str]]]) -> Probe:
     started = time.perf_counter()
+    timed_out = False
     try:
         state, detail = await asyncio.wait_for(work(), timeout_s)
     except TimeoutError:
-        state, detail = Health.DOWN, f"no answer within {timeout_s:.0f}s"
+        state, detail, timed_out = Health.DOWN, f"no answer within {timeout_s:.0f}s", True
     except Exception as exc:  # a probe reports every failure; it never raises
         state, detail = Health.DOWN, f"{type(exc).__name__}: {str(exc)[:300]}"
-    return Probe(service, state, detail, time.perf_counter() - started)
+        timed_out = isinstance(exc, openai.APITimeoutError)
+    return Probe(service, state, detail, time.perf_counter() - started, timed_out)
 
 
 async def probe_kafka(settings: Settings) -> Probe:
@@ -171,7 +176,7 @@ async def probe_model(settings: Settings, base_url: str, *, service: str = "mode
         probe = await _timed(service, timeout_s + 1.0, work)
     finally:
         await client.close()
-    if probe.state is Health.DOWN and ("Timeout" in probe.detail or "no answer" in probe.detail):
+    if probe.timed_out:
         busy = await _calls_in_flight(settings, endpoint_name(base_url))
         if busy:
             return Probe(service, Health.BUSY, f"no free slot within {timeout_s:.0f}s: {busy} worker call(s) "

@@ -31,9 +31,7 @@ from epistream.kafka_io import ensure_topics
 from epistream.settings import Settings
 
 from . import supervisor as sup
-from .kafka_broker import kafka_jars, prepare_broker
-from .model_server import default_gguf
-from .postgres_server import pgdata_dir, prepare_postgres, stop_unsupervised
+from .postgres_server import pgdata_dir, stop_unsupervised
 from .process import ManagedProcess, pid_alive
 
 log = logging.getLogger(__name__)
@@ -66,18 +64,6 @@ def log_tail(path: Path | str, lines: int = LOG_TAIL_LINES) -> list[str]:
 
 
 # --- up --------------------------------------------------------------------
-
-
-def _prepare(settings: Settings) -> None:
-    """The slow one-time steps, in the foreground where their errors are seen."""
-    if settings.kafka_embedded:
-        kafka_jars(settings)
-        prepare_broker(settings)
-    if settings.database_url is None:
-        _adopt_unsupervised_postgres(settings)
-        prepare_postgres(settings)
-    if settings.model_server_embedded and settings.model_path is None:
-        default_gguf()
 
 
 def _adopt_unsupervised_postgres(settings: Settings) -> None:
@@ -161,9 +147,13 @@ def up(settings: Settings, *, workers: bool = True, timeout_s: float = 600.0) ->
     Raises ServiceError naming every service that is not healthy, with its last log lines."""
     from .stack import service_specs
 
-    _prepare(settings)
+    if settings.database_url is None:
+        _adopt_unsupervised_postgres(settings)
+    # Building the specs does the slow one-time steps (Kafka's jars and storage, the PostgreSQL
+    # cluster, finding the GGUF file) here in the foreground, where their errors are seen.
+    specs = service_specs(settings)
     _set_up_external(settings)
-    wanted = [s.name for s in service_specs(settings) if workers or not s.name.startswith("worker-")]
+    wanted = [s.name for s in specs if workers or not s.name.startswith("worker-")]
     started = time.perf_counter()
     if wanted:  # with every service external and no workers (a deployment's init job) nothing is supervised
         _start_supervisor(settings, wanted)

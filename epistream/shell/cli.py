@@ -116,7 +116,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if not args.no_check:
         bad = unhealthy(settings, {"kafka", "worker-answer"})
         if bad:
-            return fail_loudly(settings, "cannot ask: the answer path is not healthy", {"kafka", "worker-answer"})
+            return fail_loudly(settings, "cannot ask: the answer path is not healthy", bad=bad)
     try:
         answer = asyncio.run(ask(settings, question, timeout_s=args.timeout))
     except TimeoutError as exc:

@@ -57,8 +57,8 @@ def run_demo(settings: Settings, *, start: bool = True, mode: Mode = Mode.FAST) 
         except ServiceError as exc:
             print(f"epistream is not healthy: {exc}", file=sys.stderr)
             return 1
-    elif unhealthy(settings):
-        return fail_loudly(settings, "the running stack is not healthy")
+    elif bad := unhealthy(settings):
+        return fail_loudly(settings, "the running stack is not healthy", bad=bad)
     turns = sample_turns()
     records = [(t.conversation_id.encode(), t.to_bytes()) for t in turns]
     asyncio.run(produce_raw(settings, records))

@@ -36,9 +36,10 @@ def unhealthy(settings: Settings, only: set[str] | None = None) -> list:  # type
     return [p for p in asyncio.run(probe_all(settings, only=only)) if not p.healthy]
 
 
-def fail_loudly(settings: Settings, what: str, only: set[str] | None = None) -> int:
-    """Print why `what` failed, naming each unhealthy service; the exit status to return."""
-    bad = unhealthy(settings, only)
+def fail_loudly(settings: Settings, what: str, only: set[str] | None = None, *, bad: list | None = None) -> int:  # type: ignore[type-arg]
+    """Print why `what` failed, naming each unhealthy service (probed now unless `bad` already says);
+    the exit status to return."""
+    bad = unhealthy(settings, only) if bad is None else bad
     print(f"\nepistream: {what}", file=sys.stderr)
     if bad:
         print("unhealthy: " + ", ".join(p.service for p in bad), file=sys.stderr)
