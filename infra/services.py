@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,10 +142,13 @@ def _wait_running(settings: Settings, wanted: list[str], timeout_s: float) -> di
         time.sleep(0.25)
 
 
-def up(settings: Settings, *, workers: bool = True, timeout_s: float = 600.0) -> list[ServiceStatus]:
+def up(settings: Settings, *, workers: bool = True, only: Collection[str] | None = None,
+       timeout_s: float = 600.0) -> list[ServiceStatus]:
     """Start what is not running, wait until it is ready, and prove each piece with a probe.
 
-    Raises ServiceError naming every service that is not healthy, with its last log lines."""
+    `only` names the services to start and probe (e.g. ``{"postgres"}`` for a test tier that needs
+    nothing else); what already runs keeps running. Raises ServiceError naming every service that is
+    not healthy, with its last log lines."""
     from .stack import service_specs
 
     if settings.database_url is None:
@@ -153,16 +157,16 @@ def up(settings: Settings, *, workers: bool = True, timeout_s: float = 600.0) ->
     # cluster, finding the GGUF file) here in the foreground, where their errors are seen.
     specs = service_specs(settings)
     _set_up_external(settings)
-    wanted = [s.name for s in specs if workers or not s.name.startswith("worker-")]
+    wanted = [s.name for s in specs if (workers or not s.name.startswith("worker-")) and (only is None or s.name in only)]
     started = time.perf_counter()
     if wanted:  # with every service external and no workers (a deployment's init job) nothing is supervised
         _start_supervisor(settings, wanted)
         _wait_running(settings, wanted, timeout_s)
     # Workers join their consumer groups a little after they serve /metrics: give the probes time.
-    relevant = set(wanted) | _probed_only(settings, workers=workers)
+    relevant = set(wanted) | {n for n in _probed_only(settings, workers=workers) if only is None or n in only}
     deadline = time.monotonic() + 120
     while True:
-        rows = status(settings, settle=True)
+        rows = status(settings, settle=True, only=relevant)
         bad = [r for r in rows if r.name in relevant and not r.running]
         if not bad or time.monotonic() > deadline or any(r.state == "crashed" for r in bad):
             break
@@ -204,14 +208,16 @@ def _describe(row: ServiceStatus) -> str:
 # --- status ----------------------------------------------------------------
 
 
-def status(settings: Settings, *, settle: bool = False) -> list[ServiceStatus]:
-    """Each service's process (from the supervisor) joined with its probe; the supervisor first."""
+def status(settings: Settings, *, settle: bool = False, only: Collection[str] | None = None) -> list[ServiceStatus]:
+    """Each service's process (from the supervisor) joined with its probe; the supervisor first.
+
+    `only` limits the probes to the named services."""
     state = sup.read_state(settings.state_dir)
     sup_pid = sup.supervisor_pid(settings.state_dir)
     services = state.get("services", {}) if sup_pid is not None else {}
     worker_pids = {w: services.get(f"worker-{w}", {}).get("pid") for w in WORKERS}
     slow = settings.with_overrides(health_timeout_s=max(settings.health_timeout_s, 30.0)) if settle else settings
-    probes = asyncio.run(probe_all(slow, worker_pids=worker_pids))
+    probes = asyncio.run(probe_all(slow, worker_pids=worker_pids, only=None if only is None else set(only)))
     rows = [ServiceStatus("supervisor", Health.UP if sup_pid else Health.DOWN,
                           f"pid {sup_pid}" if sup_pid else "not running", pid=sup_pid)]
     embedded = _embedded(settings)

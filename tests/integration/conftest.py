@@ -1,6 +1,20 @@
-"""Integration fixtures: the real stack (Kafka, PostgreSQL with AGE + pgvector,
-the llama.cpp model server and both workers), started once per session under
-its own state directory and ports so it never touches a running demo."""
+"""Integration fixtures: the real services, started under the tests' own state
+directory and ports (so they never touch a running demo), in three tiers.
+
+Each test asks for the tier it needs, and only that tier's services run for it:
+
+  ``postgres``  the embedded PostgreSQL (AGE + pgvector) alone, with a database of
+                the tier's own, so the shared indexer never closes or enriches
+                these tests' conversations; a scripted model where one is needed.
+  ``kafka``     PostgreSQL and the Kafka broker (tests start their own worker
+                against a scripted OpenAI-compatible server).
+  ``stack``     everything: Kafka, PostgreSQL, the llama.cpp model server, both
+                workers (end to end).
+
+Tests run tier by tier (PostgreSQL, Kafka, end to end; the ones that kill services
+last), so the heavy services start only when the first test that needs them runs.
+``pytest -m "not e2e"`` never starts the model server.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +28,9 @@ from pathlib import Path
 import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from pydantic import SecretStr
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,22 +58,87 @@ TEST_ENV = {
 for _name, _value in TEST_ENV.items():
     os.environ.setdefault(_name, _value)
 
-from epistream.db import create_pool, database_url
+from epistream.db import apply_migrations, create_pool, database_url
 from epistream.kafka_io import partitions_of
 from epistream.settings import Settings
 from infra import services, supervisor
 from infra.process import pid_alive
 
+TIERS = ("postgres", "kafka", "stack")  # cheapest first; a test's tier is the richest it asks for
+TIER_SERVICES: dict[str, set[str] | None] = {"postgres": {"postgres"}, "kafka": {"postgres", "kafka"}, "stack": None}
+MARKERS = {"postgres": "pg", "kafka": "kafka", "stack": "e2e"}
 
+
+def tier_of(item: pytest.Item) -> str:
+    names = getattr(item, "fixturenames", ())
+    return next((t for t in reversed(TIERS) if t in names), "postgres")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The health checks first (nothing else is worth running if they fail); the tests that kill
-    services of the shared stack last."""
-    def order(item: pytest.Item) -> int:
+    """Tier by tier, cheapest first; within the end-to-end tier the health checks first (nothing else
+    is worth running if they fail); the tests that kill services of the shared stack last."""
+    def order(item: pytest.Item) -> tuple[int, int]:
         if item.get_closest_marker("disruptive"):
-            return 2
-        return 0 if item.module is not None and item.module.__name__.endswith("test_health") else 1
+            return (len(TIERS), 0)
+        health = item.module is not None and item.module.__name__.endswith("test_health")
+        return (TIERS.index(tier_of(item)), 0 if health else 1)
 
+    for item in items:
+        item.add_marker(MARKERS[tier_of(item)])
     items.sort(key=order)  # stable: the usual order within each group
+
+
+def own_database(settings: Settings, name: str) -> str:
+    """A fresh, migrated database on the test server: one deployment, one memory."""
+    base = database_url(settings)
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = make_conninfo(base, dbname=name)
+    apply_migrations(url)
+    return url
+
+
+def drop_database(settings: Settings, name: str) -> None:
+    with psycopg.connect(database_url(settings), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+class TestServices:
+    """Starts each tier's services once, on first use; stops everything at the end."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.started: set[str] = set()
+        self.tier_database = f"tier_{uuid.uuid4().hex[:8]}"
+        self._tier_settings: Settings | None = None
+
+    def ensure(self, tier: str) -> Settings:
+        if tier not in self.started:
+            started = time.perf_counter()
+            services_wanted = TIER_SERVICES[tier]
+            rows = services.up(self.settings, workers=services_wanted is None, only=services_wanted)
+            for row in rows:
+                print(f"[{tier}] {row.name}: {row.detail}")
+            print(f"[{tier}] up in {time.perf_counter() - started:.1f}s")
+            self.started.update(TIERS[: TIERS.index(tier) + 1])
+        if tier == "stack":
+            return self.settings
+        if self._tier_settings is None:
+            url = own_database(self.settings, self.tier_database)
+            self._tier_settings = self.settings.with_overrides(database_url=SecretStr(url))
+        return self._tier_settings
+
+    def stop(self) -> None:
+        if not self.started or os.environ.get("EPISTREAM_TEST_KEEP_STACK") == "1":
+            return
+        if self._tier_settings is not None:
+            drop_database(self.settings, self.tier_database)
+        services.down(self.settings)
+        left = [name for name, info in supervisor.read_state(self.settings.state_dir).get("services", {}).items()
+                if info.get("pid") and pid_alive(info["pid"])]
+        assert supervisor.supervisor_pid(self.settings.state_dir) is None and not left, \
+            f"still running after down: {left}"
 
 
 @pytest.fixture(scope="session")
@@ -65,28 +147,43 @@ def settings() -> Settings:
 
 
 @pytest.fixture(scope="session")
-def stack(settings: Settings):
-    started = time.perf_counter()
-    rows = services.up(settings)
-    for row in rows:
-        print(f"[stack] {row.name}: {row.detail}")
-    print(f"[stack] up in {time.perf_counter() - started:.1f}s")
-    yield settings
-    if os.environ.get("EPISTREAM_TEST_KEEP_STACK") != "1":
-        services.down(settings)
-        left = [name for name, info in supervisor.read_state(settings.state_dir).get("services", {}).items()
-                if info.get("pid") and pid_alive(info["pid"])]
-        assert supervisor.supervisor_pid(settings.state_dir) is None and not left, f"still running after down: {left}"
+def test_services(settings: Settings):
+    manager = TestServices(settings)
+    yield manager
+    manager.stop()
 
 
 @pytest.fixture(scope="session")
-def db_url(stack: Settings) -> str:
-    return database_url(stack)
+def postgres(test_services: TestServices) -> Settings:
+    """The PostgreSQL tier: settings whose database is the tier's own (no Kafka, no model)."""
+    return test_services.ensure("postgres")
+
+
+@pytest.fixture(scope="session")
+def kafka(test_services: TestServices) -> Settings:
+    """The Kafka tier: PostgreSQL (the tier's own database) and the broker; no model server, no workers."""
+    return test_services.ensure("kafka")
+
+
+@pytest.fixture(scope="session")
+def stack(test_services: TestServices) -> Settings:
+    """The end-to-end tier: every service and both workers, on the stack's own database."""
+    return test_services.ensure("stack")
+
+
+def _tier_settings(request: pytest.FixtureRequest) -> Settings:
+    """The settings of the richest tier this test asks for (the database its tier writes to)."""
+    return request.getfixturevalue(tier_of(request.node))
 
 
 @pytest.fixture
-async def pool(stack: Settings) -> AsyncIterator:
-    p = create_pool(stack)
+def db_url(request: pytest.FixtureRequest) -> str:
+    return database_url(_tier_settings(request))
+
+
+@pytest.fixture
+async def pool(request: pytest.FixtureRequest) -> AsyncIterator:
+    p = create_pool(_tier_settings(request))
     await p.open(wait=True)
     yield p
     await p.close()

@@ -20,10 +20,10 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def seeded(stack):
+def seeded(postgres):
     run = uuid.uuid4().hex[:8]
     tenant, conversation = f"tenant-{run}", f"conv-{run}"
-    seed_memory(stack, tenant, conversation)
+    seed_memory(postgres, tenant, conversation)
     return tenant, conversation
 
 
@@ -39,10 +39,10 @@ def _counting_master(body: dict) -> tuple[int, str]:
         "answer": str(result["count"]), "abstain": False, "evidence": fact_ids}})
 
 
-def test_the_tool_loop_counts_with_structured_facts_and_cites_them(stack, seeded):
+def test_the_tool_loop_counts_with_structured_facts_and_cites_them(postgres, seeded):
     tenant, conversation = seeded
     with ScriptedLLM(_counting_master) as master, ScriptedLLM(lambda b: (500, "unused")) as assistant:
-        deps, _ = _deps(stack, [assistant.base_url], master.base_url)
+        deps, _ = _deps(postgres, [assistant.base_url], master.base_url)
         answer = _ask(deps, Question(question_id="q", tenant=tenant, question="How many pets did Alice adopt?",
                                      conversation_ids=[conversation], asked_at=datetime(2024, 4, 1, tzinfo=UTC),
                                      mode=Mode.AUTO))
@@ -54,23 +54,23 @@ def test_the_tool_loop_counts_with_structured_facts_and_cites_them(stack, seeded
     assert answer.tokens["master"].calls == 2
 
 
-def test_a_bad_tool_call_comes_back_as_an_error_and_the_loop_is_bounded(stack, seeded):
+def test_a_bad_tool_call_comes_back_as_an_error_and_the_loop_is_bounded(postgres, seeded):
     tenant, conversation = seeded
 
     def stubborn(body: dict) -> tuple[int, str]:
         return 200, json.dumps({"tool": "find_entity_contexts", "arguments": {"limit": 5000}})
 
     with ScriptedLLM(stubborn) as master, ScriptedLLM(lambda b: (500, "unused")) as assistant:
-        deps, _ = _deps(stack, [assistant.base_url], master.base_url)
+        deps, _ = _deps(postgres, [assistant.base_url], master.base_url)
         answer = _ask(deps, Question(question_id="q", tenant=tenant, question="When did Bob adopt Rex?",
                                      conversation_ids=[conversation], mode=Mode.AGENTIC))
         observations = [m["content"] for m in master.requests[-1]["messages"] if m["content"].startswith("Result")]
     assert answer.abstained and answer.evidence == []
-    assert len(master.requests) == stack.agentic_max_steps + 1
+    assert len(master.requests) == postgres.agentic_max_steps + 1
     assert all("invalid arguments" in o and "limit" in o for o in observations)
 
 
-def test_read_segment_is_an_assistant_read(stack, seeded):
+def test_read_segment_is_an_assistant_read(postgres, seeded):
     tenant, conversation = seeded
 
     def reader(body: dict) -> tuple[int, str]:
@@ -86,7 +86,7 @@ def test_read_segment_is_an_assistant_read(stack, seeded):
             {"turn_id": "t001", "quote": "I moved to Lisbon last Wednesday"}]})
 
     with ScriptedLLM(reader) as master, ScriptedLLM(assistant) as helper:
-        deps, _ = _deps(stack, [helper.base_url], master.base_url)
+        deps, _ = _deps(postgres, [helper.base_url], master.base_url)
         answer = _ask(deps, Question(question_id="q", tenant=tenant, question="Where did Alice move?",
                                      conversation_ids=[conversation], mode=Mode.AGENTIC))
     assert answer.answer == "Lisbon" and answer.tokens["assistant"].calls == 1

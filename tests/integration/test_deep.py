@@ -50,15 +50,15 @@ def _turns(tenant: str, conversation: str) -> list[Turn]:
 
 
 @pytest.fixture(scope="module")
-def memory(stack):
+def memory(postgres):
     """Three sessions: two closed segments and the last one still open."""
     run = uuid.uuid4().hex[:8]
     tenant, conversation = f"tenant-{run}", f"conv-{run}"
-    embedder = Embedder.from_settings(stack)
+    embedder = Embedder.from_settings(postgres)
     turns = _turns(tenant, conversation)
 
     async def go():
-        pool = create_pool(stack)
+        pool = create_pool(postgres)
         await pool.open(wait=True)
         try:
             records = [RawRecord("memory.turns", 0, i, None, t.to_bytes(), int(time.time() * 1000))
@@ -72,11 +72,11 @@ def memory(stack):
     return tenant, conversation, embedder
 
 
-def _route(stack, memory, question: str, config: RouterConfig, window=None):
+def _route(postgres, memory, question: str, config: RouterConfig, window=None):
     tenant, conversation, embedder = memory
 
     async def go():
-        pool = create_pool(stack)
+        pool = create_pool(postgres)
         await pool.open(wait=True)
         try:
             async with pool.connection() as conn, tenant_scope(conn, tenant):
@@ -88,31 +88,31 @@ def _route(stack, memory, question: str, config: RouterConfig, window=None):
     return asyncio.run(go())
 
 
-def test_lexical_pathway_force_includes_a_strong_keyword_hit(stack, memory):
+def test_lexical_pathway_force_includes_a_strong_keyword_hit(postgres, memory):
     _, conversation, _ = memory
-    routed = _route(stack, memory, "Maya booked the ferry to Stromboli", RouterConfig(top_k=1).only("lexical"))
+    routed = _route(postgres, memory, "Maya booked the ferry to Stromboli", RouterConfig(top_k=1).only("lexical"))
     assert routed[0].segment_id == f"{conversation}#0000" and routed[0].forced
     assert routed[0].turn_ids == ("s0-t0", "s0-t1")
     assert set(routed[0].pathway_scores) == {"lexical"}
 
 
-def test_dense_pathway_finds_a_paraphrase_without_shared_words(stack, memory):
+def test_dense_pathway_finds_a_paraphrase_without_shared_words(postgres, memory):
     _, conversation, _ = memory
-    routed = _route(stack, memory, "an elderly relative celebrated a birthday", RouterConfig(top_k=1).only("dense"))
+    routed = _route(postgres, memory, "an elderly relative celebrated a birthday", RouterConfig(top_k=1).only("dense"))
     assert routed[0].segment_id == f"{conversation}#0001" and not routed[0].forced
 
 
-def test_turns_not_yet_in_a_closed_segment_are_routed_as_the_open_segment(stack, memory):
+def test_turns_not_yet_in_a_closed_segment_are_routed_as_the_open_segment(postgres, memory):
     _, conversation, _ = memory
-    routed = _route(stack, memory, "Where does Maya work now, the bakery?", RouterConfig(top_k=1))
+    routed = _route(postgres, memory, "Where does Maya work now, the bakery?", RouterConfig(top_k=1))
     assert routed[0].segment_id == f"{conversation}#open" and routed[0].is_open
     assert routed[0].turn_ids == ("s2-t0", "s2-t1")
 
 
-def test_time_window_keeps_only_segments_said_in_it(stack, memory):
+def test_time_window_keeps_only_segments_said_in_it(postgres, memory):
     _, conversation, _ = memory
     june = DateRange(datetime(2024, 6, 1, tzinfo=UTC), datetime(2024, 7, 1, tzinfo=UTC))
-    routed = _route(stack, memory, "what happened?", RouterConfig(top_k=5), window=june)
+    routed = _route(postgres, memory, "what happened?", RouterConfig(top_k=5), window=june)
     assert [r.segment_id for r in routed] == [f"{conversation}#0001"]
 
 
@@ -133,17 +133,17 @@ def _master(body: dict) -> tuple[int, str]:
     return 200, json.dumps({"answer": "The ferry to Stromboli", "abstain": False, "evidence": [1]})
 
 
-def _deps(stack, assistant_urls: list[str], master_url: str) -> tuple[AnswerDeps, Metrics]:
+def _deps(postgres, assistant_urls: list[str], master_url: str) -> tuple[AnswerDeps, Metrics]:
     metrics = Metrics.create()
 
     def client(url: str, role: str) -> ModelClient:
-        return ModelClient(create_client(stack, base_url=url), role=role, model="m", json_mode=stack.llm_json_mode,
+        return ModelClient(create_client(postgres, base_url=url), role=role, model="m", json_mode=postgres.llm_json_mode,
                            metrics=metrics, max_retries=0, backoff_s=0.01)
 
-    pool = create_pool(stack)
+    pool = create_pool(postgres)
     assistants = AssistantPool([client(u, "assistant") for u in assistant_urls], concurrency=2, max_tokens=100)
-    return AnswerDeps(stack, pool, Embedder.from_settings(stack), client(master_url, "master"), metrics,
-                      assistants, router_config(stack)), metrics
+    return AnswerDeps(postgres, pool, Embedder.from_settings(postgres), client(master_url, "master"), metrics,
+                      assistants, router_config(postgres)), metrics
 
 
 def _ask(deps: AnswerDeps, question: Question):
@@ -156,10 +156,10 @@ def _ask(deps: AnswerDeps, question: Question):
     return asyncio.run(go())
 
 
-def test_deep_mode_reads_segments_in_parallel_and_answers_from_verified_quotes(stack, memory):
+def test_deep_mode_reads_segments_in_parallel_and_answers_from_verified_quotes(postgres, memory):
     tenant, conversation, _ = memory
     with ScriptedLLM(_assistant) as a1, ScriptedLLM(_assistant) as a2, ScriptedLLM(_master) as master:
-        deps, metrics = _deps(stack, [a1.base_url, a2.base_url], master.base_url)
+        deps, metrics = _deps(postgres, [a1.base_url, a2.base_url], master.base_url)
         question = Question(question_id="q1", tenant=tenant, question="What did Maya book for the volcano hike?",
                             conversation_ids=[conversation], asked_at=datetime(2024, 8, 1, tzinfo=UTC),
                             mode=Mode.DEEP)
@@ -173,22 +173,22 @@ def test_deep_mode_reads_segments_in_parallel_and_answers_from_verified_quotes(s
     assert answer.tokens["assistant"].calls == 3 and answer.tokens["master"].calls == 1
 
 
-def test_deep_mode_abstains_without_a_master_call_when_no_assistant_finds_evidence(stack, memory):
+def test_deep_mode_abstains_without_a_master_call_when_no_assistant_finds_evidence(postgres, memory):
     tenant, conversation, _ = memory
     with ScriptedLLM(lambda body: (200, json.dumps({"relevant": False, "evidence": []}))) as assistant, \
             ScriptedLLM(_master) as master:
-        deps, _ = _deps(stack, [assistant.base_url], master.base_url)
+        deps, _ = _deps(postgres, [assistant.base_url], master.base_url)
         answer = _ask(deps, Question(question_id="q2", tenant=tenant, question="What is the name of Leo's dog?",
                                      conversation_ids=[conversation], mode=Mode.DEEP))
         assert master.requests == []
     assert answer.abstained and answer.evidence == [] and answer.tokens["master"].calls == 0
 
 
-def test_a_failing_assistant_does_not_sink_the_question(stack, memory):
+def test_a_failing_assistant_does_not_sink_the_question(postgres, memory):
     tenant, conversation, _ = memory
     with ScriptedLLM(lambda body: (500, "down")) as broken, ScriptedLLM(_assistant) as healthy, \
             ScriptedLLM(_master) as master:
-        deps, metrics = _deps(stack, [broken.base_url, healthy.base_url], master.base_url)
+        deps, metrics = _deps(postgres, [broken.base_url, healthy.base_url], master.base_url)
         answer = _ask(deps, Question(question_id="q3", tenant=tenant, question="What did Maya book, the ferry?",
                                      conversation_ids=[conversation], mode=Mode.DEEP))
     # Whichever replica the Stromboli segment hashes to, the answer is either found or an honest abstention.

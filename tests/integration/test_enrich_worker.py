@@ -16,17 +16,15 @@ from dataclasses import dataclass
 
 import psycopg
 import pytest
-from psycopg import sql
 from pydantic import SecretStr
 
 from epistream.contracts import DeadLetter, Segment
-from epistream.db import DATABASE_NAME, apply_migrations, database_url
 from epistream.kafka_io import ensure_topics
 from epistream.settings import Settings
 from infra.process import ManagedProcess, port_open, wait_until
 from tests.support.scripted_llm import ScriptedLLM
 
-from .conftest import read_topic, wait_for
+from .conftest import drop_database, own_database, read_topic, wait_for
 from .helpers import make_turns, produce_turns
 
 pytestmark = pytest.mark.integration
@@ -48,17 +46,6 @@ def _script(body: dict) -> tuple[int, str]:
     })
 
 
-def _own_database(stack, name: str) -> str:
-    """A database of its own on the test server: one deployment, one memory
-    (the stack's worker must not see, close or enrich this worker's conversations)."""
-    base = database_url(stack)
-    url = base.replace(f"/{DATABASE_NAME}?", f"/{name}?")
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    apply_migrations(url)
-    return url
-
-
 @dataclass(frozen=True)
 class Scripted:
     settings: Settings
@@ -66,9 +53,12 @@ class Scripted:
 
 
 @pytest.fixture(scope="module")
-def scripted_worker(stack):
+def scripted_worker(kafka):
+    """A worker of its own, on a database of its own (one deployment, one memory: the stack's worker
+    must not see, close or enrich this worker's conversations), talking to a scripted model."""
+    stack = kafka
     suffix = uuid.uuid4().hex[:8]
-    url = _own_database(stack, f"scripted_{suffix}")
+    url = own_database(stack, f"scripted_{suffix}")
     with ScriptedLLM(_script) as server:
         overrides = {
             "database_url": url,
@@ -88,9 +78,7 @@ def scripted_worker(stack):
             yield Scripted(settings, url)
         finally:
             process.stop()
-            with psycopg.connect(database_url(stack), autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                    sql.Identifier(f"scripted_{suffix}")))
+            drop_database(stack, f"scripted_{suffix}")
 
 
 def test_turns_become_gists_facts_and_graph_through_the_worker(scripted_worker, unique):

@@ -29,11 +29,11 @@ def _cypher(db_url: str, cypher: str, params: dict, returns: str):
         return conn.execute(_statement(cypher, returns), (json.dumps(params),)).fetchall()
 
 
-def test_known_output_yields_dated_gists_facts_with_qualifiers_and_the_graph(stack, db_url, unique):
+def test_known_output_yields_dated_gists_facts_with_qualifiers_and_the_graph(postgres, db_url, unique):
     tenant, conversation = unique("tenant"), unique("conv")
     segment, turns = seed_segment(tenant, conversation)
     with ScriptedLLM(scripted_reply) as server:
-        outcome, metrics = run_enrichment(stack, server.base_url, segment, turns)
+        outcome, metrics = run_enrichment(postgres, server.base_url, segment, turns)
     assert outcome.enriched and outcome.counts is not None
     with psycopg.connect(db_url) as conn:
         gists = conn.execute("SELECT text, event_date, turn_ids FROM memory.gists WHERE tenant = %s ORDER BY ordinal",
@@ -81,7 +81,7 @@ def test_known_output_yields_dated_gists_facts_with_qualifiers_and_the_graph(sta
     assert metrics.memory_items.labels("fact")._value.get() == 4
 
 
-def test_enriching_twice_yields_the_same_rows(stack, db_url, unique):
+def test_enriching_twice_yields_the_same_rows(postgres, db_url, unique):
     tenant, conversation = unique("tenant"), unique("conv")
     segment, turns = seed_segment(tenant, conversation)
 
@@ -95,34 +95,34 @@ def test_enriching_twice_yields_the_same_rows(stack, db_url, unique):
                                " count(r)", {"tenant": tenant}, "n agtype, r agtype")
 
     with ScriptedLLM(scripted_reply) as server:
-        run_enrichment(stack, server.base_url, segment, turns)
+        run_enrichment(postgres, server.base_url, segment, turns)
         first, first_graph = snapshot(), graph_counts()
         # A redelivery of an enriched segment costs no model call.
-        outcome, metrics = run_enrichment(stack, server.base_url, segment, turns)
+        outcome, metrics = run_enrichment(postgres, server.base_url, segment, turns)
         assert len(server.requests) == 1 and outcome.enriched
         assert metrics.segments_enriched.labels("done")._value.get() == 1
         # Enriching it again for real (as a new prompt version would) replaces its rows with the same ones.
         with psycopg.connect(db_url) as conn:
             conn.execute("UPDATE memory.segments SET status = 'pending' WHERE tenant = %s", (tenant,))
-        run_enrichment(stack, server.base_url, segment, turns)
+        run_enrichment(postgres, server.base_url, segment, turns)
         assert len(server.requests) == 2
     assert snapshot() == first and graph_counts() == first_graph
     assert len(first[0]) == 4 and len(first[1]) == 4
 
 
-def test_a_forgotten_segment_costs_no_model_call(stack, db_url, unique):
+def test_a_forgotten_segment_costs_no_model_call(postgres, db_url, unique):
     tenant, conversation = unique("tenant"), unique("conv")
     segment, turns = seed_segment(tenant, conversation)
-    outcome, metrics = run_enrichment(stack, "http://unused", segment, turns, segment_row=False)
+    outcome, metrics = run_enrichment(postgres, "http://unused", segment, turns, segment_row=False)
     assert not outcome.enriched and outcome.error is None
     assert metrics.segments_enriched.labels("forgotten")._value.get() == 1
 
 
-def test_invalid_output_is_retried_then_the_segment_fails_and_its_turns_stay_searchable(stack, db_url, unique):
+def test_invalid_output_is_retried_then_the_segment_fails_and_its_turns_stay_searchable(postgres, db_url, unique):
     tenant, conversation = unique("tenant"), unique("conv")
     segment, turns = seed_segment(tenant, conversation)
     with ScriptedLLM(lambda body: (200, '{"summary": "no gists here"}')) as server:
-        outcome, metrics = run_enrichment(stack, server.base_url, segment, turns, retries=2)
+        outcome, metrics = run_enrichment(postgres, server.base_url, segment, turns, retries=2)
         assert len(server.requests) == 3
     assert not outcome.enriched and isinstance(outcome.error, ModelOutputError)
     with psycopg.connect(db_url) as conn:

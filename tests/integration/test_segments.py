@@ -42,13 +42,13 @@ def _records(turns: list[Turn]) -> list[RawRecord]:
             for i, t in enumerate(turns)]
 
 
-def _ingest(stack, turns: list[Turn], config: SegmenterConfig, batch: int = 5):
+def _ingest(postgres, turns: list[Turn], config: SegmenterConfig, batch: int = 5):
     from epistream.db import create_pool
 
-    embedder = Embedder.from_settings(stack)
+    embedder = Embedder.from_settings(postgres)
 
     async def go():
-        pool = create_pool(stack)
+        pool = create_pool(postgres)
         await pool.open(wait=True)
         closed = []
         try:
@@ -71,11 +71,11 @@ def _segments(db_url: str, tenant: str) -> list[tuple]:
         ).fetchall()
 
 
-def test_budget_closes_segments_with_overlap_and_stores_them_whole(stack, db_url, unique):
+def test_budget_closes_segments_with_overlap_and_stores_them_whole(postgres, db_url, unique):
     tenant, conversation = unique("tenant"), unique("conv")
     turns = _turns(tenant, conversation, 12)  # ~50 tokens each
     config = SegmenterConfig(max_tokens=200, overlap_share=0.3, max_gap=timedelta(hours=1))
-    closed = _ingest(stack, turns, config)
+    closed = _ingest(postgres, turns, config)
     rows = _segments(db_url, tenant)
     assert [sid for _, sid in closed] == [r[0] for r in rows]
     assert [r[4] for r in rows] == ["budget"] * len(rows) and len(rows) >= 3
@@ -90,10 +90,10 @@ def test_budget_closes_segments_with_overlap_and_stores_them_whole(stack, db_url
     assert first[5] == turns[0].ts and first[6] == turns[len(first[2]) - 1].ts
 
 
-def test_session_change_closes_a_segment_without_overlap(stack, db_url, unique):
+def test_session_change_closes_a_segment_without_overlap(postgres, db_url, unique):
     tenant, conversation = unique("tenant"), unique("conv")
     config = SegmenterConfig(max_tokens=10_000, overlap_share=0.3, max_gap=timedelta(hours=1))
-    _ingest(stack, _turns(tenant, conversation, 9, session_every=4), config)
+    _ingest(postgres, _turns(tenant, conversation, 9, session_every=4), config)
     rows = _segments(db_url, tenant)
     assert [(r[2], r[3], r[4]) for r in rows] == [
         (["t000", "t001", "t002", "t003"], 0, "session"),
@@ -101,21 +101,21 @@ def test_session_change_closes_a_segment_without_overlap(stack, db_url, unique):
     ]
 
 
-def test_replaying_the_same_turns_creates_no_new_segments_and_an_empty_replay_matches(stack, db_url, unique):
+def test_replaying_the_same_turns_creates_no_new_segments_and_an_empty_replay_matches(postgres, db_url, unique):
     tenant, conversation = unique("tenant"), unique("conv")
     turns = _turns(tenant, conversation, 14, session_every=6)
     config = SegmenterConfig(max_tokens=150, overlap_share=0.3, max_gap=timedelta(hours=1))
-    _ingest(stack, turns, config)
+    _ingest(postgres, turns, config)
     before = _segments(db_url, tenant)
     assert len(before) >= 3
     # Duplicates: nothing changes.
-    assert _ingest(stack, turns, config) == []
+    assert _ingest(postgres, turns, config) == []
     assert _segments(db_url, tenant) == before
     # Empty the memory of this tenant and replay with other batch sizes: the same segments.
     with psycopg.connect(db_url) as conn:
         for table in ("segments", "segmenter_state", "turns"):
             conn.execute(f"DELETE FROM memory.{table} WHERE tenant = %s", (tenant,))
-    _ingest(stack, turns, config, batch=3)
+    _ingest(postgres, turns, config, batch=3)
     assert _segments(db_url, tenant) == before
 
 

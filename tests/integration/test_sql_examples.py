@@ -19,9 +19,9 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "sql" / "examples").glo
 
 
 @pytest.fixture(scope="module")
-def seeded(stack, unique_module):
+def seeded(postgres, unique_module):
     tenant, conversation = unique_module("tenant"), unique_module("conv")
-    seed_memory(stack, tenant, conversation)
+    seed_memory(postgres, tenant, conversation)
     return tenant, conversation
 
 

@@ -102,8 +102,8 @@ class Memory:
 
 
 @pytest.fixture(scope="module")
-def embedder(stack) -> Embedder:
-    return Embedder.from_settings(stack)
+def embedder(postgres) -> Embedder:
+    return Embedder.from_settings(postgres)
 
 
 async def seed(pool, embedder: Embedder, tenant: str, conversation: str, turns, segments, gists, facts) -> None:
@@ -152,8 +152,8 @@ async def seed(pool, embedder: Embedder, tenant: str, conversation: str, turns, 
 
 
 @pytest.fixture
-async def memory(stack, embedder, unique) -> AsyncIterator[Memory]:
-    pool = create_pool(stack)
+async def memory(postgres, embedder, unique) -> AsyncIterator[Memory]:
+    pool = create_pool(postgres)
     await pool.open(wait=True)
     tenant, other, conversation = unique("tools"), unique("tools-other"), unique("conv")
     await seed(pool, embedder, tenant, conversation, TURNS, SEGMENTS, GISTS, FACTS)
