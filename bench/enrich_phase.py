@@ -18,7 +18,7 @@ from pipeline.segmenter import SegmenterConfig
 from . import cleanup, enrich_report, report
 from .enrich_measure import read_run
 from .enrich_result import build_result
-from .enrich_wait import WaitLimits, wait_for_enrichment
+from .enrich_wait import WaitLimits, wait_for_enrichment_sampled
 from .model_direct import DirectBaseline, load, measure_direct, typical_segment_id
 from .produce import Record, SteadySend, send_steady
 from .stack import (
@@ -136,7 +136,7 @@ def run_enrich(settings: Settings, url: str, run_id: str, opts: EnrichOptions) -
     stream = _Stream(settings, [Record.of(t) for t in workload.turns], opts.rate)
     started = time.time()
     stream.start()
-    outcome = wait_for_enrichment(
+    outcome = wait_for_enrichment_sampled(
         url, workload.tenant, expected_turns=len(workload.turns), expected_segments=sum(expected.values()),
         started=started, limits=WaitLimits(opts.max_minutes * 60, opts.stall_minutes * 60), tick=watch.tick,
     )

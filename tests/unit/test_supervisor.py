@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from epistream.metrics import SupervisorMetrics
+from epistream.readiness import wait_until
 from epistream.settings import Settings
 from infra import supervisor as sup
 from infra.service import ServiceSpec
@@ -39,13 +40,7 @@ def _run(supervisor: Supervisor) -> threading.Thread:
 
 
 def _wait(check, timeout: float = 20.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("timed out")
+    return wait_until(check, timeout_s=timeout, interval_s=0.05, what="the supervisor")
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:
