@@ -589,7 +589,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
             print(f"\n3. asking {len(asked)} questions (mode {args.mode}, {args.concurrency} in flight) "
                   f"through {settings.topic_questions}, replies on {reply_topic}", flush=True)
             started = time.perf_counter()
-            requests_before = await asyncio.to_thread(model_requests, settings, settings.answer_metrics_port)
+            requests_before = await asyncio.to_thread(model_requests, settings, "answer")
             try:
                 got = await ask_all(settings, asked, tenant=tenant, run_id=run_id, mode=Mode(args.mode),
                                     reply_topic=reply_topic, concurrency=args.concurrency, timeout_s=args.timeout)
@@ -602,7 +602,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
             timings["questions_s"] = round(time.perf_counter() - started, 1)
             # Whose model calls succeeded while the questions ran (other askers would count too).
             result["answer_worker_model_requests"] = request_delta(
-                requests_before, await asyncio.to_thread(model_requests, settings, settings.answer_metrics_port))
+                requests_before, await asyncio.to_thread(model_requests, settings, "answer"))
             for it in asked:
                 records[it.index]["systems"]["epistream"] = epistream_record(it, got[it.index])
             result["unanswered"] = sum(1 for g in got.values() if g["answer"] is None)

@@ -133,3 +133,13 @@ def test_stop_orphans_stops_what_a_dead_supervisor_left(tmp_path: Path) -> None:
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_the_state_records_the_settings_its_children_run_with(home: Settings) -> None:
+    from pydantic import SecretStr
+
+    settings = home.with_overrides(segment_idle_s=7.5, llm_api_key=SecretStr("sk-secret"))
+    Supervisor(settings, [], SupervisorMetrics.create()).write_state()
+    recorded = sup.read_state(home.state_dir)["settings"]
+    assert recorded["segment_idle_s"] == 7.5
+    assert "sk-secret" not in str(recorded)  # secrets are masked
