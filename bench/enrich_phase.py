@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # before the direct calls, whose timing is only the model's own on an otherwise idle server.
 IDLE_BEFORE_STREAM_S = 60.0
 IDLE_BEFORE_DIRECT_S = 300.0
-# The worker's settings that shape this benchmark, read from its environment (it may predate ours).
+# The worker's settings that shape this benchmark, as its supervisor records them (it may predate ours).
 WORKER_SETTINGS = tuple(
     name for name in (
         "segment_idle_s", "segment_max_tokens", "segment_overlap", "segment_max_gap_s", "extractor_max_tokens",
