@@ -1,7 +1,7 @@
 """Waiting until the stack has done something: a condition holds, a port or URL answers, a
 tenant's turns are stored, its segments are enriched.
 
-One poll loop for the CLI, the demo, the embedded stack, the benchmarks and the tests. A wait
+One poll loop for the demo, the embedded stack, the benchmarks and the tests. A wait
 ends at its deadline (`timeout_s`) or, with `stall_s`, as soon as nothing has progressed for that
 long (a dead worker need not use up a long deadline); either raises :class:`WaitTimeout`.
 """
