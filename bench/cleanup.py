@@ -11,11 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from psycopg import sql
 
-from epistream.kafka_io import consumer_lag, partitions_of
+from epistream.kafka_io import consumer_lag, delete_records, log_offsets
 from epistream.settings import Settings
 from pipeline.forget import ADD_TOMBSTONE, forget
 from pipeline.tombstones import WHOLE_TENANT
@@ -121,20 +119,6 @@ async def _delete_to_end(settings: Settings) -> int:
     """Delete memory.segments up to its end; return how many messages the indexer had not committed yet."""
     topic = settings.topic_segments
     queued = (await consumer_lag(settings, settings.indexer_group, [topic])).get(topic, 0)
-    partitions = [TopicPartition(topic, p) for p in await partitions_of(settings, topic)]
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        ends = await consumer.end_offsets(partitions)
-        starts = await consumer.beginning_offsets(partitions)
-    finally:
-        await consumer.stop()
-    to_delete = {tp: RecordsToDelete(ends[tp]) for tp in partitions if ends[tp] > starts[tp]}
-    if to_delete:
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-        await admin.start()
-        try:
-            await admin.delete_records(to_delete)
-        finally:
-            await admin.close()
+    spans = await log_offsets(settings, topic)
+    await delete_records(settings, topic, {p: end for p, (start, end) in spans.items() if end > start})
     return int(queued)

@@ -18,7 +18,7 @@ from pipeline.segmenter import SegmenterConfig
 from . import cleanup, enrich_report, report
 from .enrich_measure import read_run
 from .enrich_result import build_result
-from .enrich_wait import WaitLimits, wait_for_enrichment
+from .enrich_wait import WaitLimits, wait_for_enrichment_sampled
 from .model_direct import DirectBaseline, load, measure_direct, typical_segment_id
 from .produce import Record, SteadySend, send_steady
 from .stack import (
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # before the direct calls, whose timing is only the model's own on an otherwise idle server.
 IDLE_BEFORE_STREAM_S = 60.0
 IDLE_BEFORE_DIRECT_S = 300.0
-# The worker's settings that shape this benchmark, read from its environment (it may predate ours).
+# The worker's settings that shape this benchmark, as its supervisor records them (it may predate ours).
 WORKER_SETTINGS = tuple(
     name for name in (
         "segment_idle_s", "segment_max_tokens", "segment_overlap", "segment_max_gap_s", "extractor_max_tokens",
@@ -136,7 +136,7 @@ def run_enrich(settings: Settings, url: str, run_id: str, opts: EnrichOptions) -
     stream = _Stream(settings, [Record.of(t) for t in workload.turns], opts.rate)
     started = time.time()
     stream.start()
-    outcome = wait_for_enrichment(
+    outcome = wait_for_enrichment_sampled(
         url, workload.tenant, expected_turns=len(workload.turns), expected_segments=sum(expected.values()),
         started=started, limits=WaitLimits(opts.max_minutes * 60, opts.stall_minutes * 60), tick=watch.tick,
     )

@@ -1,4 +1,5 @@
-"""Poll PostgreSQL until a tenant's turns are stored, every segment is closed and none is pending."""
+"""The enrichment run's wait (the product's readiness.wait_for_enrichment), sampled as it goes:
+a timeline of the tenant's progress, when each segment was first seen done, progress lines."""
 
 from __future__ import annotations
 
@@ -8,16 +9,13 @@ from dataclasses import dataclass, field
 
 import psycopg
 
+from epistream.readiness import StoreState, WaitTimeout, wait_for_enrichment
+
 POLL_S = 1.0
 PROGRESS_EVERY_S = 30.0
 TICK_EVERY_S = 10.0
 
-STATE = """
-SELECT (SELECT count(*) FROM memory.turns WHERE tenant = %(t)s),
-       (SELECT count(*) FROM memory.segmenter_state WHERE tenant = %(t)s AND cardinality(open_turn_ids) > carried),
-       (SELECT min(closed_at) FROM memory.segments WHERE tenant = %(t)s)
-"""
-SEGMENTS = "SELECT segment_id, status FROM memory.segments WHERE tenant = %(t)s"
+SEGMENT_STATUSES = "SELECT segment_id, status FROM memory.segments WHERE tenant = %(t)s"
 
 
 @dataclass(frozen=True)
@@ -46,48 +44,56 @@ class WaitLimits:
     stall_s: float  # no turn stored, segment closed or segment finished for this long
 
 
-def wait_for_enrichment(
+@dataclass
+class _Sampler:
+    """Runs after every poll of the product's wait: the bench's own records of the run."""
+
+    conn: psycopg.Connection
+    tenant: str
+    started: float
+    expected_turns: int
+    expected_segments: int
+    outcome: WaitOutcome
+    tick: Callable[[], None] | None
+    last_tick: float = 0.0
+    last_print: float = 0.0
+
+    def __call__(self, state: StoreState, _waited_s: float) -> None:
+        now = time.time()
+        for sid, status in self.conn.execute(SEGMENT_STATUSES, {"t": self.tenant}).fetchall():
+            if status != "pending":
+                self.outcome.seen_done_at.setdefault(sid, now)
+        sample = Sample(round(now - self.started, 1), state.turns, state.segments, state.done_segments, state.enriched)
+        timeline = self.outcome.timeline
+        if not timeline or now - self.started - timeline[-1].t_s >= 5 or sample.done != timeline[-1].done:
+            timeline.append(sample)
+        if state.enrichment_finished(self.expected_turns):
+            return
+        if self.tick is not None and now - self.last_tick >= TICK_EVERY_S:
+            self.tick()
+            self.last_tick = now
+        if now - self.last_print >= PROGRESS_EVERY_S:
+            print("    " + progress_line(sample, self.expected_turns, self.expected_segments, state.first_closed_at,
+                                         now), flush=True)
+            self.last_print = now
+
+
+def wait_for_enrichment_sampled(
     url: str, tenant: str, *, expected_turns: int, expected_segments: int, started: float, limits: WaitLimits,
     tick: Callable[[], None] | None = None,
 ) -> WaitOutcome:
     """`started` is the stream's time.time(); KeyboardInterrupt (and SIGTERM, see run.py) ends the wait early.
     `tick` runs every TICK_EVERY_S (the caller scrapes the worker's counters)."""
-    last_tick = 0.0
     outcome = WaitOutcome(False, "interrupted", 0.0)
-    last_change, last_key, last_print = time.time(), (-1, -1, -1), 0.0
     try:
         with psycopg.connect(url, autocommit=True) as conn:  # autocommit: each poll sees new commits
-            while True:
-                now = time.time()
-                stored, open_segments, first_closed = conn.execute(STATE, {"t": tenant}).fetchone()  # type: ignore[misc]
-                statuses = dict(conn.execute(SEGMENTS, {"t": tenant}).fetchall())
-                for sid, status in statuses.items():
-                    if status != "pending":
-                        outcome.seen_done_at.setdefault(sid, now)
-                done = sum(1 for s in statuses.values() if s != "pending")
-                enriched = sum(1 for s in statuses.values() if s == "enriched")
-                sample = Sample(round(now - started, 1), stored, len(statuses), done, enriched)
-                if not outcome.timeline or now - started - outcome.timeline[-1].t_s >= 5 or done != outcome.timeline[-1].done:
-                    outcome.timeline.append(sample)
-                key = (stored, len(statuses), done)
-                if key != last_key:
-                    last_key, last_change = key, now
-                if stored >= expected_turns and open_segments == 0 and statuses and done == len(statuses):
-                    outcome.complete, outcome.reason = True, "done"
-                    break
-                if now - started > limits.deadline_s:
-                    outcome.reason = "deadline"
-                    break
-                if now - last_change > limits.stall_s:
-                    outcome.reason = "stalled"
-                    break
-                if tick is not None and now - last_tick >= TICK_EVERY_S:
-                    tick()
-                    last_tick = now
-                if now - last_print >= PROGRESS_EVERY_S:
-                    print("    " + progress_line(sample, expected_turns, expected_segments, first_closed, now), flush=True)
-                    last_print = now
-                time.sleep(POLL_S)
+            sampler = _Sampler(conn, tenant, started, expected_turns, expected_segments, outcome, tick)
+            wait_for_enrichment(url, tenant, expected_turns=expected_turns,
+                                timeout_s=max(0.0, limits.deadline_s - (time.time() - started)),
+                                stall_s=limits.stall_s, interval_s=POLL_S, on_poll=sampler)
+        outcome.complete, outcome.reason = True, "done"
+    except WaitTimeout as exc:
+        outcome.reason = exc.reason  # deadline | stalled
     except KeyboardInterrupt:
         outcome.reason = "interrupted"
     outcome.waited_s = time.time() - started

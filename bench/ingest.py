@@ -10,6 +10,7 @@ import numpy as np
 import psycopg
 
 from epistream.contracts import Turn
+from epistream.readiness import WaitTimeout, wait_for_turns
 from epistream.settings import Settings
 
 from .cleanup import seal_tenant
@@ -41,34 +42,23 @@ class IngestFigures:
         return self.turns / self.wall_s
 
 
-def count_rows(conn: psycopg.Connection, tenant: str) -> int:
-    row = conn.execute("SELECT count(*) FROM memory.turns WHERE tenant = %s", (tenant,)).fetchone()
-    return int(row[0]) if row else 0
-
-
 def wait_for_rows(
     url: str, tenant: str, expected: int, *, stall_s: float = STALL_S, progress_every_s: float = 5.0
 ) -> float:
     """Poll until `expected` rows of `tenant` are visible; return perf_counter() at that moment."""
-    with psycopg.connect(url, autocommit=True) as conn:  # autocommit: each poll sees new commits
-        last_count, last_change = -1, time.perf_counter()
-        last_print = last_change
-        while True:
-            stored = count_rows(conn, tenant)
-            now = time.perf_counter()
-            if stored >= expected:
-                return now
-            if stored != last_count:
-                last_count, last_change = stored, now
-            elif now - last_change > stall_s:
-                raise TimeoutError(
-                    f"{tenant}: {stored}/{expected} rows, no progress for {stall_s:.0f}s "
-                    "(see the ingest worker's log under <home>/logs/worker-ingest.log)"
-                )
-            if now - last_print >= progress_every_s:
-                print(f"    {stored}/{expected} stored", flush=True)
-                last_print = now
-            time.sleep(POLL_S)
+    last_print = 0.0
+
+    def show(stored: int, waited_s: float) -> None:
+        nonlocal last_print
+        if stored < expected and waited_s - last_print >= progress_every_s:
+            print(f"    {stored}/{expected} stored", flush=True)
+            last_print = waited_s
+
+    try:
+        wait_for_turns(url, tenant, expected, stall_s=stall_s, interval_s=POLL_S, on_poll=show)
+    except WaitTimeout as exc:
+        raise TimeoutError(f"{tenant}: {exc} (see the ingest worker's log under <home>/logs/worker-ingest.log)") from exc
+    return time.perf_counter()
 
 
 @dataclass(frozen=True)

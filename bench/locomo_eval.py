@@ -1,4 +1,4 @@
-"""``epistream eval PATH`` / ``python -m bench.locomo_eval PATH``: evaluate epistream on a LoCoMo-format file.
+"""``python -m bench.locomo_eval PATH`` (``make eval EVAL_ARGS=...``): evaluate epistream on a LoCoMo-format file.
 
 1. Streams the file's conversations through Kafka (`memory.turns`) into the running
    stack under a tenant of its own, waits until every turn is stored and, with
@@ -30,11 +30,11 @@ from typing import Any
 
 import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
 from pydantic import SecretStr
 
 from epistream.contracts import Answer, Mode, Question
+from epistream.kafka_io import create_topic, delete_topics
+from epistream.readiness import StoreState, WaitTimeout, store_state_async, wait_for_enrichment_async
 from epistream.settings import JsonMode, Settings
 from epistream.sources import LocomoQA, LocomoSample, load_locomo
 
@@ -66,7 +66,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The evaluation's options (shared by `epistream eval` and `python -m bench.locomo_eval`)."""
+    """The evaluation's options."""
     p.add_argument("path", help="a LoCoMo-format JSON file (list of samples with conversation and qa)")
     p.add_argument("--conversations", type=int, help="only the first N conversations of the file")
     p.add_argument("--categories", type=_int_list, default=[1, 2, 3, 4, 5],
@@ -151,51 +151,50 @@ async def ingest(settings: Settings, samples: list[LocomoSample]) -> int:
     return await produce_raw(settings, records)
 
 
-STORE_STATE = """
-SELECT (SELECT count(*) FROM memory.turns WHERE tenant = %(tenant)s),
-       (SELECT count(*) FROM memory.segments WHERE tenant = %(tenant)s),
-       (SELECT count(*) FROM memory.segments WHERE tenant = %(tenant)s AND status = 'enriched'),
-       (SELECT count(*) FROM memory.segments WHERE tenant = %(tenant)s AND status = 'failed'),
-       (SELECT count(*) FROM memory.turns t WHERE t.tenant = %(tenant)s AND NOT EXISTS (
-            SELECT 1 FROM memory.segments s WHERE s.tenant = t.tenant AND s.conversation_id = t.conversation_id
-              AND s.turn_ids @> ARRAY[t.turn_id])),
-       (SELECT count(*) FROM memory.gists WHERE tenant = %(tenant)s),
-       (SELECT count(*) FROM memory.facts WHERE tenant = %(tenant)s)
+# The one count the product's StoreState has no use for: the eval reports it (segment recall is
+# inflated when the router sees turns of no closed segment as one "open" segment).
+UNSEGMENTED_TURNS = """
+SELECT count(*) FROM memory.turns t WHERE t.tenant = %(tenant)s AND NOT EXISTS (
+  SELECT 1 FROM memory.segments s WHERE s.tenant = t.tenant AND s.conversation_id = t.conversation_id
+    AND s.turn_ids @> ARRAY[t.turn_id])
 """
 
 
 async def store_state(url: str, tenant: str) -> dict[str, int]:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        cur = await conn.execute(STORE_STATE, {"tenant": tenant})
+        state = await store_state_async(conn, tenant)
+        cur = await conn.execute(UNSEGMENTED_TURNS, {"tenant": tenant})
         row = await cur.fetchone()
-    keys = ("turns", "segments", "enriched", "failed", "unsegmented_turns", "gists", "facts")
-    return dict(zip(keys, (int(v) for v in row), strict=True)) if row else {}
+    return {"turns": state.turns, "segments": state.segments, "enriched": state.enriched, "failed": state.failed,
+            "unsegmented_turns": int(row[0]) if row else 0, "gists": state.gists, "facts": state.facts}
 
 
 async def wait_for_enrichment(url: str, tenant: str, timeout_s: float, idle_close_s: float) -> tuple[bool, float]:
-    """Poll until every turn is in a closed segment and no segment is pending; (done, seconds)."""
+    """The product's wait until every turn is in a closed segment and no segment is pending; (done, seconds)."""
     started = time.perf_counter()
     print(f"  waiting for segments to close (the last one closes {idle_close_s:.0f}s after the last turn) "
           "and be enriched", flush=True)
     last = None
-    while True:
-        state = await store_state(url, tenant)
-        pending = state["segments"] - state["enriched"] - state["failed"]
-        waited = time.perf_counter() - started
-        if state["segments"] and not state["unsegmented_turns"] and not pending:
-            print(f"  enrichment done: {state['segments']} segments ({state['failed']} failed), "
-                  f"{state['gists']} gists, {state['facts']} facts ({waited:.0f}s)", flush=True)
-            return True, waited
-        if waited > timeout_s:
-            print(f"  enrichment not done after {timeout_s:.0f}s: {state}; going on", flush=True)
-            return False, waited
-        summary = (state["segments"], state["enriched"], state["failed"], state["unsegmented_turns"])
-        if summary != last:
-            print(f"  [{waited:5.0f}s] segments {state['segments']}: {state['enriched']} enriched, "
-                  f"{state['failed']} failed, {pending} pending; {state['unsegmented_turns']} turns unsegmented",
-                  flush=True)
+
+    def show(state: StoreState, waited: float) -> None:
+        nonlocal last
+        summary = (state.segments, state.enriched, state.failed, state.open_conversations)
+        if summary != last and not state.enrichment_finished():
+            print(f"  [{waited:5.0f}s] segments {state.segments}: {state.enriched} enriched, {state.failed} failed, "
+                  f"{state.pending} pending; {state.open_conversations} conversations with turns in no closed "
+                  "segment", flush=True)
             last = summary
-        await asyncio.sleep(ENRICH_POLL_S)
+
+    try:
+        state = await wait_for_enrichment_async(url, tenant, timeout_s=timeout_s, interval_s=ENRICH_POLL_S,
+                                                on_poll=show)
+    except WaitTimeout as exc:
+        print(f"  enrichment not done after {timeout_s:.0f}s: {exc.last}; going on", flush=True)
+        return False, time.perf_counter() - started
+    waited = time.perf_counter() - started
+    print(f"  enrichment done: {state.segments} segments ({state.failed} failed), "
+          f"{state.gists} gists, {state.facts} facts ({waited:.0f}s)", flush=True)
+    return True, waited
 
 
 # --- router recall ----------------------------------------------------------------------
@@ -253,32 +252,6 @@ async def measure_recall(pool, settings: Settings, tenant: str, items: list[Item
 
 
 # --- asking through Kafka ---------------------------------------------------------------
-
-
-async def create_reply_topic(settings: Settings, name: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    try:
-        try:
-            await admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)])
-        except TopicAlreadyExistsError:
-            pass
-        for _ in range(50):  # until the broker's metadata knows it
-            described = await admin.describe_topics([name])
-            if described and described[0].get("partitions"):
-                return
-            await asyncio.sleep(0.2)
-    finally:
-        await admin.close()
-
-
-async def delete_topic(settings: Settings, name: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    try:
-        await admin.delete_topics([name])
-    finally:
-        await admin.close()
 
 
 class Replies:
@@ -611,25 +584,25 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
         result["questions_asked"] = 0 if args.no_questions else len(asked)
         if not args.no_questions and asked:
             reply_topic = f"{settings.topic_answers}.eval-{run_id}"
-            await create_reply_topic(settings, reply_topic)
+            await create_topic(settings, reply_topic)
             result["reply_topic"] = reply_topic
             print(f"\n3. asking {len(asked)} questions (mode {args.mode}, {args.concurrency} in flight) "
                   f"through {settings.topic_questions}, replies on {reply_topic}", flush=True)
             started = time.perf_counter()
-            requests_before = await asyncio.to_thread(model_requests, settings, settings.answer_metrics_port)
+            requests_before = await asyncio.to_thread(model_requests, settings, "answer")
             try:
                 got = await ask_all(settings, asked, tenant=tenant, run_id=run_id, mode=Mode(args.mode),
                                     reply_topic=reply_topic, concurrency=args.concurrency, timeout_s=args.timeout)
             finally:
                 if not args.keep:
                     try:
-                        await delete_topic(settings, reply_topic)
+                        await delete_topics(settings, [reply_topic])
                     except Exception as exc:  # cleanup only
                         log.warning("could not delete %s: %s", reply_topic, exc)
             timings["questions_s"] = round(time.perf_counter() - started, 1)
             # Whose model calls succeeded while the questions ran (other askers would count too).
             result["answer_worker_model_requests"] = request_delta(
-                requests_before, await asyncio.to_thread(model_requests, settings, settings.answer_metrics_port))
+                requests_before, await asyncio.to_thread(model_requests, settings, "answer"))
             for it in asked:
                 records[it.index]["systems"]["epistream"] = epistream_record(it, got[it.index])
             result["unanswered"] = sum(1 for g in got.values() if g["answer"] is None)
@@ -673,7 +646,7 @@ def main(argv: list[str] | None = None, *, settings: Settings | None = None,
 
 
 def run_from_args(args: argparse.Namespace, *, settings: Settings | None = None) -> int:
-    """The whole evaluation from parsed arguments (`epistream eval` calls this)."""
+    """The whole evaluation from parsed arguments."""
     from epistream.errors import ServiceError
     from epistream.health import probe_all
     from infra import services
@@ -696,15 +669,15 @@ def run_from_args(args: argparse.Namespace, *, settings: Settings | None = None)
             for row in services.up(settings):
                 print(f"  {row.state:<8} {row.name:<15} {row.detail}", flush=True)
         except ServiceError as exc:
-            sys.exit(f"epistream eval: the stack is not healthy: {exc}")
+            sys.exit(f"bench.locomo_eval: the stack is not healthy: {exc}")
     bad = [p for p in asyncio.run(probe_all(settings)) if not p.healthy]
     if bad:
-        sys.exit("epistream eval: unhealthy: " + "; ".join(f"{p.service} ({p.detail})" for p in bad))
+        sys.exit("bench.locomo_eval: unhealthy: " + "; ".join(f"{p.service} ({p.detail})" for p in bad))
     started = time.perf_counter()
     try:
         result = asyncio.run(run(settings, args, run_id, tenant))
     except ServiceError as exc:
-        sys.exit(f"epistream eval: {exc}")
+        sys.exit(f"bench.locomo_eval: {exc}")
     result["timings"]["total_s"] = round(time.perf_counter() - started, 1)
     result["machine"] = report.machine_info(ROOT)
     out = Path(args.out)

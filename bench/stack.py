@@ -1,8 +1,10 @@
 """What the running stack is: which code and settings its processes run, and where the CPU time goes.
 
 up() leaves running processes alone, so a worker may be older than the code
-or started with other settings than the benchmark asks for: both are read
-from /proc and recorded next to the figures.
+or started with other settings than the benchmark asks for: both come from
+the supervisor's state (run/supervisor.json: each child's start time, the
+settings the children run with) and are recorded next to the figures. CPU
+time, which the product does not track, is read from /proc.
 """
 
 from __future__ import annotations
@@ -14,23 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from epistream.settings import Settings
-from infra import services
+from infra import services, supervisor
 
 # The processes the supervisor runs, by the names the reports use.
 OWN_PROCESSES = ("worker-ingest", "worker-answer", "model-server", "kafka")
-
-
-def process_started_at(pid: int) -> datetime | None:
-    """Start time from /proc (Linux): boot time + field 22 of /proc/<pid>/stat, in clock ticks."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        boot = next(
-            int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
-        )
-    except (OSError, StopIteration, ValueError):
-        return None
-    ticks = int(stat.rsplit(") ", 1)[1].split()[19])  # after the command name, which may hold spaces
-    return datetime.fromtimestamp(boot + ticks / os.sysconf("SC_CLK_TCK"), tz=UTC)
 
 
 def managed_pid(settings: Settings, name: str) -> int | None:
@@ -61,36 +50,30 @@ def process_cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def process_env(pid: int | None, name: str) -> str | None:
-    """One variable of a process's start-up environment (what its Settings() read)."""
-    if pid is None:
-        return None
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return None
-    prefix = name.encode() + b"="
-    for item in raw.split(b"\0"):
-        if item.startswith(prefix):
-            return item[len(prefix) :].decode(errors="replace")
-    return None
-
-
 def worker_setting(settings: Settings, field: str) -> str | None:
-    """The ingest worker's value of an EPISTREAM_* setting: its environment, else the default."""
-    value = process_env(worker_pid(settings), f"EPISTREAM_{field.upper()}")
-    if value is not None:
-        return value
+    """The workers' value of a setting, as the supervisor that runs them records it; else the default."""
+    recorded = supervisor.read_state(settings.state_dir).get("settings", {}) if managed_pid(
+        settings, "worker-ingest") else {}
+    if field in recorded:
+        value = recorded[field]
+        return None if value is None else str(value)
     default = Settings.model_fields[field].default
     return None if default is None else str(default)
+
+
+def service_started_at(settings: Settings, name: str) -> datetime | None:
+    """When the supervisor last started a service (to the second), None when it does not run."""
+    if managed_pid(settings, name) is None:
+        return None
+    started = supervisor.read_state(settings.state_dir).get("services", {}).get(name, {}).get("started_at")
+    return datetime.fromisoformat(started) if started else None
 
 
 def stale_worker_sources(
     settings: Settings, root: Path, *, worker: str = "ingest", folders: tuple[str, ...] = ("pipeline", "epistream")
 ) -> tuple[datetime | None, list[str]]:
     """A worker's start time, and the code files changed since (it runs the older version of those)."""
-    pid = managed_pid(settings, f"worker-{worker}")
-    started = process_started_at(pid) if pid else None
+    started = service_started_at(settings, f"worker-{worker}")
     if started is None:
         return None, []
     changed = [

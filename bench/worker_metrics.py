@@ -8,38 +8,22 @@ checks for that in the database).
 
 from __future__ import annotations
 
-import urllib.request
 from dataclasses import dataclass, fields
 from typing import Generic, TypeVar
 
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
+from epistream.health import WORKERS, worker_metrics_url
+from epistream.metrics import parse_samples, read_samples, sample_sum
 from epistream.settings import Settings
 
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
-
-def _samples(text: str) -> Samples:
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def _scrape_samples(settings: Settings, port: int | None = None) -> Samples | None:
+def _scrape_samples(settings: Settings, worker: str = "ingest") -> list[Sample] | None:
     """Every sample of a worker's /metrics (default: the ingest worker's), or None where it cannot be read."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port or settings.ingest_metrics_port}/metrics", timeout=5) as r:
-            return _samples(r.read().decode())
+        return read_samples(worker_metrics_url(settings, worker))
     except OSError:
         return None
-
-
-def _sum(samples: Samples, name: str, **labels: str) -> float:
-    """Sum over every label set that contains `labels` (e.g. all outcomes of one role)."""
-    wanted = set(labels.items())
-    return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
 
 
 @dataclass(frozen=True)
@@ -79,25 +63,24 @@ class ExtractorCounters(_Counters):
         return self.calls_ok + self.calls_invalid_output + self.calls_retry + self.calls_failed
 
 
-def _requests_by_role(samples: Samples) -> dict[str, dict[str, float]]:
+def _requests_by_role(samples: list[Sample]) -> dict[str, dict[str, float]]:
     counts: dict[str, dict[str, float]] = {}
-    for (name, labels), value in samples.items():
-        if name == "epistream_model_requests_total":
-            found = dict(labels)
-            by_outcome = counts.setdefault(found.get("role", "?"), {})
-            outcome = found.get("outcome", "?")
-            by_outcome[outcome] = by_outcome.get(outcome, 0.0) + value
+    for sample in samples:
+        if sample.name == "epistream_model_requests_total":
+            by_outcome = counts.setdefault(sample.labels.get("role", "?"), {})
+            outcome = sample.labels.get("outcome", "?")
+            by_outcome[outcome] = by_outcome.get(outcome, 0.0) + sample.value
     return counts
 
 
 def parse_model_requests(text: str) -> dict[str, dict[str, float]]:
     """{role: {outcome: count}} from a worker's Prometheus text (summed over endpoints)."""
-    return _requests_by_role(_samples(text))
+    return _requests_by_role(parse_samples(text))
 
 
-def model_requests(settings: Settings, port: int) -> dict[str, dict[str, float]] | None:
-    """The model-request counters of the worker serving /metrics on `port` (None when unreachable)."""
-    samples = _scrape_samples(settings, port)
+def model_requests(settings: Settings, worker: str) -> dict[str, dict[str, float]] | None:
+    """The model-request counters of one worker ("ingest" or "answer"; None when unreachable)."""
+    samples = _scrape_samples(settings, worker)
     return None if samples is None else _requests_by_role(samples)
 
 
@@ -111,11 +94,11 @@ def request_delta(before: dict | None, after: dict | None) -> dict[str, dict[str
 def model_calls_all_workers(settings: Settings) -> float | None:
     """Model calls of every role by both workers: anything that kept the model server busy."""
     total = 0.0
-    for port in (settings.ingest_metrics_port, settings.answer_metrics_port):
-        samples = _scrape_samples(settings, port)
+    for worker in WORKERS:
+        samples = _scrape_samples(settings, worker)
         if samples is None:
             return None
-        total += _sum(samples, "epistream_model_requests_total")
+        total += sample_sum(samples, "epistream_model_requests_total")
     return total
 
 
@@ -124,10 +107,10 @@ def scrape(settings: Settings) -> IngestCounters | None:
     if samples is None:
         return None
     return IngestCounters(
-        batches=_sum(samples, "epistream_ingest_batch_duration_seconds_count"),
-        batch_seconds=_sum(samples, "epistream_ingest_batch_duration_seconds_sum"),
-        embed_seconds=_sum(samples, "epistream_embedding_duration_seconds_sum"),
-        turns=_sum(samples, "epistream_ingest_turns_total"),
+        batches=sample_sum(samples, "epistream_ingest_batch_duration_seconds_count"),
+        batch_seconds=sample_sum(samples, "epistream_ingest_batch_duration_seconds_sum"),
+        embed_seconds=sample_sum(samples, "epistream_embedding_duration_seconds_sum"),
+        turns=sample_sum(samples, "epistream_ingest_turns_total"),
     )
 
 
@@ -138,16 +121,16 @@ def scrape_extractor(settings: Settings) -> ExtractorCounters | None:
     role = {"role": "extractor"}
     return ExtractorCounters(
         **{
-            f"calls_{outcome}": _sum(samples, "epistream_model_requests_total", outcome=outcome, **role)
+            f"calls_{outcome}": sample_sum(samples, "epistream_model_requests_total", outcome=outcome, **role)
             for outcome in ("ok", "invalid_output", "retry", "failed")
         },
-        call_seconds=_sum(samples, "epistream_model_request_duration_seconds_sum", **role),
-        prompt_tokens=_sum(samples, "epistream_model_tokens_total", kind="prompt", **role),
-        completion_tokens=_sum(samples, "epistream_model_tokens_total", kind="completion", **role),
-        segments_enriched=_sum(samples, "epistream_enrich_segments_total", outcome="enriched"),
-        segments_failed=_sum(samples, "epistream_enrich_segments_total", outcome="failed"),
-        segments_closed=_sum(samples, "epistream_segments_closed_total"),
-        enrich_seconds=_sum(samples, "epistream_enrich_duration_seconds_sum"),
+        call_seconds=sample_sum(samples, "epistream_model_request_duration_seconds_sum", **role),
+        prompt_tokens=sample_sum(samples, "epistream_model_tokens_total", kind="prompt", **role),
+        completion_tokens=sample_sum(samples, "epistream_model_tokens_total", kind="completion", **role),
+        segments_enriched=sample_sum(samples, "epistream_enrich_segments_total", outcome="enriched"),
+        segments_failed=sample_sum(samples, "epistream_enrich_segments_total", outcome="failed"),
+        segments_closed=sample_sum(samples, "epistream_segments_closed_total"),
+        enrich_seconds=sample_sum(samples, "epistream_enrich_duration_seconds_sum"),
     )
 
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import psycopg
@@ -18,7 +21,9 @@ from .settings import Settings
 
 log = logging.getLogger(__name__)
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+# Package data: in a checkout epistream/sql is a link to the repository's sql/, and a wheel ships the files.
+SQL_DIR: Traversable = resources.files("epistream") / "sql"
+MIGRATION_NAME = re.compile(r"[0-9]{3}_.*\.sql")
 GRAPH_NAME = "memory_graph"
 SET_TENANT = "SELECT set_config('epistream.tenant', %s, true)"
 DATABASE_NAME = "epistream"
@@ -77,10 +82,10 @@ def create_pool(settings: Settings, *, url: str | None = None) -> AsyncConnectio
     )
 
 
-def migration_files(sql_dir: Path = SQL_DIR) -> list[tuple[int, Path]]:
+def migration_files(sql_dir: Traversable = SQL_DIR) -> list[tuple[int, Traversable]]:
     """Numbered ``NNN_name.sql`` files in order."""
     found = []
-    for path in sorted(sql_dir.glob("[0-9][0-9][0-9]_*.sql")):
+    for path in sorted((p for p in sql_dir.iterdir() if MIGRATION_NAME.fullmatch(p.name)), key=lambda p: p.name):
         found.append((int(path.name[:3]), path))
     versions = [v for v, _ in found]
     if len(set(versions)) != len(versions):
@@ -88,7 +93,7 @@ def migration_files(sql_dir: Path = SQL_DIR) -> list[tuple[int, Path]]:
     return found
 
 
-def apply_migrations(url: str, sql_dir: Path = SQL_DIR) -> list[str]:
+def apply_migrations(url: str, sql_dir: Traversable = SQL_DIR) -> list[str]:
     """Apply pending migrations in order, each in its own transaction; return their names.
 
     An applied file whose text changed is an error, not a silent re-run.

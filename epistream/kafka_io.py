@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import TopicAlreadyExistsError
 
@@ -185,3 +185,59 @@ async def consumer_lag(settings: Settings, group: str, topics: list[str]) -> dic
         done = meta.offset if meta is not None and meta.offset >= 0 else 0
         lag[tp.topic] += max(0, end - done)
     return lag
+
+
+# --- topic administration: per-run topics, offsets, deleting records ----------------------------
+
+
+async def create_topic(settings: Settings, name: str, *, partitions: int = 1, timeout_s: float = 10.0) -> None:
+    """Create one topic (an existing one is fine) and wait until the broker's metadata lists its partitions."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        try:
+            await admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+        except TopicAlreadyExistsError:
+            pass
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while asyncio.get_running_loop().time() < deadline:
+            described = await admin.describe_topics([name])
+            if described and described[0].get("partitions"):
+                return
+            await asyncio.sleep(0.2)
+    finally:
+        await admin.close()
+
+
+async def delete_topics(settings: Settings, names: list[str]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        await admin.delete_topics(names)
+    finally:
+        await admin.close()
+
+
+async def log_offsets(settings: Settings, topic: str) -> dict[int, tuple[int, int]]:
+    """Per partition, the log's (start, end) offsets: end - start messages are held."""
+    partitions = [TopicPartition(topic, p) for p in await partitions_of(settings, topic)]
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        starts = await consumer.beginning_offsets(partitions)
+        ends = await consumer.end_offsets(partitions)
+    finally:
+        await consumer.stop()
+    return {tp.partition: (starts[tp], ends[tp]) for tp in partitions}
+
+
+async def delete_records(settings: Settings, topic: str, before: dict[int, int]) -> None:
+    """Delete each partition's messages below the given offset (Kafka's DeleteRecords: the log start moves up)."""
+    if not before:
+        return
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_records({TopicPartition(topic, p): RecordsToDelete(offset) for p, offset in before.items()})
+    finally:
+        await admin.close()

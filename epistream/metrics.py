@@ -8,6 +8,7 @@ Names follow ``epistream_<subsystem>_<name>_<unit>``; counters end in
 from __future__ import annotations
 
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -192,8 +193,17 @@ class SupervisorMetrics:
         start_http_server(port, addr=host, registry=self.registry)
 
 
+def parse_samples(text: str) -> list[Sample]:
+    """Every sample of a Prometheus text exposition (names carry their _total/_sum/_count/_bucket suffix)."""
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
 def read_samples(url: str, timeout_s: float = 5.0) -> list[Sample]:
     """Every sample a ``/metrics`` endpoint serves, parsed by prometheus_client (raises OSError when unreachable)."""
     with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (a configured local URL)
-        text = response.read().decode("utf-8", errors="replace")
-    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+        return parse_samples(response.read().decode("utf-8", errors="replace"))
+
+
+def sample_sum(samples: Iterable[Sample], name: str, **labels: str) -> float:
+    """The sum of `name` over every series whose labels include `labels` (0 when none matches)."""
+    return sum(s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from epistream import readiness
 from epistream.errors import ServiceError
 
 
@@ -29,24 +29,16 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 def wait_until(check: Callable[[], bool], *, timeout: float, what: str, log_file: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.25)
-    tail = ""
-    if log_file is not None and log_file.exists():
-        tail = "\n--- last lines of " + str(log_file) + " ---\n" + "\n".join(log_file.read_text(errors="replace").splitlines()[-30:])
-    raise ServiceError(f"{what} not ready after {timeout:.0f}s{tail}")
+    """The product's wait, failing as a ServiceError that shows the service's last log lines."""
+    try:
+        readiness.wait_until(check, timeout_s=timeout, what=what)
+    except readiness.WaitTimeout as exc:
+        tail = ""
+        if log_file is not None and log_file.exists():
+            tail = "\n--- last lines of " + str(log_file) + " ---\n" + "\n".join(
+                log_file.read_text(errors="replace").splitlines()[-30:])
+        raise ServiceError(f"{what} not ready after {timeout:.0f}s{tail}") from exc
 
 
 @dataclass

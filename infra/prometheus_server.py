@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from epistream.errors import ServiceError
+from epistream.readiness import port_open, url_ok
 from epistream.settings import Settings
 
-from .process import ManagedProcess, port_open, wait_until
+from .process import ManagedProcess, wait_until
 
 PROMETHEUS_BIN = Path("/usr/bin/prometheus")
 RULES_FILE = Path(__file__).resolve().parent / "prometheus" / "alerts.yml"
@@ -79,11 +80,7 @@ def _url(port: int, path: str, host: str = "127.0.0.1") -> str:
 
 
 def ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(_url(port, "/-/ready"), timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
+    return url_ok(_url(port, "/-/ready"), timeout_s=2.0)
 
 
 def start(

@@ -10,12 +10,12 @@ import sys
 
 from epistream.health import WORKERS
 from epistream.kafka_io import ensure_topics
+from epistream.readiness import port_open
 from epistream.settings import Settings
 
 from .kafka_broker import prepare_broker
 from .model_server import model_listed, model_server_argv
 from .postgres_server import after_postgres_ready, postgres_ready, prepare_postgres
-from .process import port_open
 from .service import ServiceSpec
 
 

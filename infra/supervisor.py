@@ -108,6 +108,9 @@ class Supervisor:
         self.metrics = metrics
         self.children = {s.name: Child(s, log_file=log_dir(self.state_dir) / f"{s.name}.log") for s in specs}
         self.wanted: list[str] = []
+        # What every child's Settings() reads (they run with this process's environment), for `status`
+        # and the benchmarks; secrets come out masked.
+        self.child_settings = settings.model_dump(mode="json")
         self._stop = False
         self._reload = True
 
@@ -276,7 +279,7 @@ class Supervisor:
                 "stop_signal": int(child.spec.stop_signal),
             }
         payload = {"pid": os.getpid(), "stopping": stopping, "wanted": self.wanted, "services": services,
-                   "written_at": datetime.now(UTC).isoformat(timespec="seconds")}
+                   "settings": self.child_settings, "written_at": datetime.now(UTC).isoformat(timespec="seconds")}
         target = state_file(self.state_dir)
         tmp = target.with_suffix(".tmp")
         tmp.write_text(json.dumps(payload, indent=1))

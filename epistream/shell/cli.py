@@ -205,19 +205,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(_settings(), start=not args.no_start, mode=Mode(args.mode))
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    # The harness lives in bench/ of the source checkout, beside this package.
-    root = Path(__file__).resolve().parents[2]
-    if (root / "bench" / "locomo_eval.py").exists() and str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    try:
-        from bench.locomo_eval import main as run_eval
-    except ImportError as exc:
-        print(f"epistream eval needs the source checkout's bench/ and matplotlib: {exc}", file=sys.stderr)
-        return 2
-    return run_eval(args.eval_args, settings=_settings(), prog="epistream eval")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="epistream", description="Streaming episodic memory for LLM agents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -278,10 +265,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="answering mode for the sample questions (fast: one model call each)")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("eval", add_help=False,
-                       help="evaluate on a LoCoMo-format file: answers, router recall, baselines (eval --help)")
-    p.add_argument("eval_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=cmd_eval)
     return parser
 
 
@@ -290,9 +273,6 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["sql"]:
         # Everything after `sql` belongs to psql (-v, -c, -f ...), untouched.
         args = argparse.Namespace(command="sql", func=cmd_sql, psql_args=argv[1:], verbose=False)
-    elif argv[:1] == ["eval"]:
-        # Everything after `eval` belongs to the harness's own parser (bench/locomo_eval.py).
-        args = argparse.Namespace(command="eval", func=cmd_eval, eval_args=argv[1:], verbose=False)
     else:
         args = build_parser().parse_args(argv)
     logging.basicConfig(

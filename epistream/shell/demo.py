@@ -11,11 +11,10 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psycopg
-
 from ..client import ask, produce_raw
 from ..contracts import Mode, Question, Turn
 from ..db import database_url
+from ..readiness import wait_for_turns
 from ..settings import Settings
 from .output import fail_loudly, print_answer, print_rows, unhealthy
 
@@ -31,18 +30,9 @@ def sample_turns() -> list[Turn]:
 def wait_until_stored(settings: Settings, turns: list[Turn], timeout_s: float = 120.0) -> float:
     """Block until every turn is in PostgreSQL; return the seconds it took."""
     started = time.monotonic()
-    keys = [t.turn_id for t in turns]
-    tenant, conversation = turns[0].tenant, turns[0].conversation_id
-    with psycopg.connect(database_url(settings)) as conn:
-        while time.monotonic() - started < timeout_s:
-            (stored,) = conn.execute(
-                "SELECT count(*) FROM memory.turns WHERE tenant = %s AND conversation_id = %s AND turn_id = ANY(%s)",
-                (tenant, conversation, keys),
-            ).fetchone()  # type: ignore[misc]
-            if stored == len(keys):
-                return time.monotonic() - started
-            time.sleep(0.25)
-    raise TimeoutError(f"only {stored} of {len(keys)} turns stored after {timeout_s:.0f}s")
+    wait_for_turns(database_url(settings), turns[0].tenant, len(turns), conversation_id=turns[0].conversation_id,
+                   turn_ids=[t.turn_id for t in turns], timeout_s=timeout_s)
+    return time.monotonic() - started
 
 
 def run_demo(settings: Settings, *, start: bool = True, mode: Mode = Mode.FAST) -> int:

@@ -60,6 +60,7 @@ for _name, _value in TEST_ENV.items():
 
 from epistream.db import apply_migrations, create_pool, database_url
 from epistream.kafka_io import partitions_of
+from epistream.readiness import stored_turns, wait_until
 from epistream.settings import Settings
 from infra import services, supervisor
 from infra.process import pid_alive
@@ -197,21 +198,13 @@ def unique() -> Callable[[str], str]:
 
 
 def wait_for(check: Callable[[], object], *, timeout: float = 60.0, interval: float = 0.25, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+    """The product's wait (epistream.readiness), under the tests' argument names."""
+    return wait_until(check, timeout_s=timeout, interval_s=interval, what=what)
 
 
 def count_turns(db_url: str, tenant: str, conversation_id: str) -> int:
     with psycopg.connect(db_url) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM memory.turns WHERE tenant = %s AND conversation_id = %s", (tenant, conversation_id)
-        ).fetchone()
-    return int(row[0]) if row else 0
+        return stored_turns(conn, tenant, conversation_id=conversation_id)
 
 
 async def read_topic(settings: Settings, topic: str, match: Callable[[bytes | None, bytes | None], bool],

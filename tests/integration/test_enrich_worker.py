@@ -20,8 +20,9 @@ from pydantic import SecretStr
 
 from epistream.contracts import DeadLetter, Segment
 from epistream.kafka_io import ensure_topics
+from epistream.readiness import port_open
 from epistream.settings import Settings
-from infra.process import ManagedProcess, port_open, wait_until
+from infra.process import ManagedProcess, wait_until
 from tests.support.scripted_llm import ScriptedLLM
 
 from .conftest import drop_database, own_database, read_topic, wait_for

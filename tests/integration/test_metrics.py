@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import re
-import urllib.request
 import uuid
 
 import pytest
+from prometheus_client.samples import Sample
 
 from epistream.client import ask
 from epistream.contracts import Mode, Question
+from epistream.metrics import read_samples, sample_sum
 
 from .conftest import count_turns, wait_for
 from .helpers import make_turns, produce_bytes, produce_turns
@@ -18,22 +18,13 @@ from .helpers import make_turns, produce_bytes, produce_turns
 pytestmark = pytest.mark.integration
 
 
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        return response.read().decode()
+def scrape(port: int) -> list[Sample]:
+    return read_samples(f"http://127.0.0.1:{port}/metrics")
 
 
-def sample(text: str, name: str, **labels: str) -> float:
-    """The value of one series, 0 if absent."""
-    total = 0.0
-    for line in text.splitlines():
-        match = re.match(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", line)
-        if not match:
-            continue
-        series_labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
-        if all(series_labels.get(k) == v for k, v in labels.items()):
-            total += float(match.group(2))
-    return total
+def sample(samples: list[Sample], name: str, **labels: str) -> float:
+    """The value of one series (summed over the labels not given), 0 if absent."""
+    return sample_sum(samples, name, **labels)
 
 
 def test_ingest_metrics_move(stack, db_url, unique):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
+from epistream.metrics import read_samples, sample_sum
 from infra import prometheus_server
 
 from .conftest import count_turns, wait_for
@@ -48,10 +48,8 @@ def value(port: int, promql: str) -> float | None:
 
 
 def scraped_turns_inserted(metrics_port: int) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    prefix = 'epistream_ingest_turns_total{outcome="inserted"} '
-    return sum(float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
+    samples = read_samples(f"http://127.0.0.1:{metrics_port}/metrics")
+    return sample_sum(samples, "epistream_ingest_turns_total", outcome="inserted")
 
 
 def target_health(port: int) -> dict[str, str]:

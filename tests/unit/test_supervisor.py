@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from epistream.metrics import SupervisorMetrics
+from epistream.readiness import wait_until
 from epistream.settings import Settings
 from infra import supervisor as sup
 from infra.service import ServiceSpec
@@ -39,13 +40,7 @@ def _run(supervisor: Supervisor) -> threading.Thread:
 
 
 def _wait(check, timeout: float = 20.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("timed out")
+    return wait_until(check, timeout_s=timeout, interval_s=0.05, what="the supervisor")
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:
@@ -138,3 +133,13 @@ def test_stop_orphans_stops_what_a_dead_supervisor_left(tmp_path: Path) -> None:
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_the_state_records_the_settings_its_children_run_with(home: Settings) -> None:
+    from pydantic import SecretStr
+
+    settings = home.with_overrides(segment_idle_s=7.5, llm_api_key=SecretStr("sk-secret"))
+    Supervisor(settings, [], SupervisorMetrics.create()).write_state()
+    recorded = sup.read_state(home.state_dir)["settings"]
+    assert recorded["segment_idle_s"] == 7.5
+    assert "sk-secret" not in str(recorded)  # secrets are masked
