@@ -219,6 +219,11 @@ class SupervisionSettings(BaseSettings):
         return self.home.resolve()
 
 
+#: The groups in the order documentation lists them.
+GROUPS: tuple[type[BaseSettings], ...] = (KafkaSettings, PostgresSettings, ModelSettings, SegmentSettings,
+                                          RetrievalSettings, WorkerSettings, SupervisionSettings)
+
+
 class Settings(KafkaSettings, PostgresSettings, ModelSettings, SegmentSettings, RetrievalSettings, WorkerSettings,
                SupervisionSettings):
     """Every setting of one process: the union of the groups."""

@@ -5,12 +5,20 @@
 
 from __future__ import annotations
 
-from epistream.settings import Settings
+from epistream.settings import GROUPS
 
 
 def render() -> str:
     lines = ["# epistream settings: every variable is optional; these are the defaults."]
-    for name, field in Settings.model_fields.items():
+    for group in GROUPS:
+        lines += ["", f"# --- {group.__name__.removesuffix('Settings')} " + "-" * 40]
+        lines += _variables(group)
+    return "\n".join(lines) + "\n"
+
+
+def _variables(group: type) -> list[str]:
+    lines: list[str] = []
+    for name, field in group.model_fields.items():
         default = field.default
         if default is None:
             default = ""
@@ -23,7 +31,7 @@ def render() -> str:
         if field.description:
             lines.append(f"# {field.description}")
         lines.append(f"EPISTREAM_{name.upper()}={default}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 if __name__ == "__main__":
