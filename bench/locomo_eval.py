@@ -202,9 +202,9 @@ async def wait_for_enrichment(url: str, tenant: str, timeout_s: float, idle_clos
 
 def recall_configs(settings: Settings) -> dict[str, Any]:
     """The router as the answer worker configures it, one pathway at a time and fused two ways."""
-    from consumers.deps import router_config
+    from consumers.retrieval import from_settings
 
-    base = router_config(settings)
+    base = from_settings(settings).router
     return {
         "summary": base.only("summary"),
         "dense": base.only("dense"),
@@ -217,7 +217,7 @@ def recall_configs(settings: Settings) -> dict[str, Any]:
 async def measure_recall(pool, settings: Settings, tenant: str, items: list[Item], vectors, ks: list[int]
                          ) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     """Per question with evidence: recall@k of each router configuration and of dense turn retrieval."""
-    from consumers.retrieve import search_turns
+    from consumers.retrieval import DENSE_TURNS, search_turns
     from consumers.router import route
     from epistream.db import tenant_scope
 
@@ -234,7 +234,7 @@ async def measure_recall(pool, settings: Settings, tenant: str, items: list[Item
                 for k in ks:
                     routed = await route(conn, tenant=tenant, question=item.qa.question, vector=vector,
                                          conversation_ids=[item.sample.conversation_id],
-                                         config=replace(base, top_k=k))
+                                         recipe=replace(base, top_k=k))
                     segments = [s.turn_ids for s in routed]
                     top = union_turns(segments, k)  # the first k; force-included extras come after them
                     record["recall"][name][str(k)] = recall_at_k(gold, top)
@@ -242,8 +242,9 @@ async def measure_recall(pool, settings: Settings, tenant: str, items: list[Item
                     record["turns"][name][str(k)] = len(top)
                     record["segments"][name][str(k)] = min(k, len(segments))
             turns = await search_turns(conn, tenant=tenant, query=item.qa.question, vector=vector,
-                                       conversation_ids=[item.sample.conversation_id], top_k=max(ks),
-                                       pool=max(max(ks), settings.retrieve_pool), use_lexical=False)
+                                       conversation_ids=[item.sample.conversation_id],
+                                       recipe=replace(DENSE_TURNS, top_k=max(ks),
+                                                      pool=max(max(ks), settings.retrieve_pool)))
         ranked = [t.turn_id for t in turns]
         record["recall"]["dense_turns"] = {str(k): recall_at_k(gold, ranked[:k]) for k in ks}
         record["turns"]["dense_turns"] = {str(k): len(ranked[:k]) for k in ks}
@@ -444,7 +445,7 @@ async def run_baselines(settings: Settings, pool, tenant: str, items: list[Item]
                         k: int, timeout_s: float) -> dict[int, dict[str, dict[str, Any]]]:  # type: ignore[no-untyped-def]
     """Every full-context answer first, then every dense one: consecutive full-context
     prompts of a conversation share their long prefix, which llama.cpp keeps cached."""
-    from consumers.retrieve import search_turns
+    from consumers.retrieval import DENSE_TURNS, search_turns
     from epistream.db import tenant_scope
 
     from .eval_baselines import Line, answer_with, context_budget_chars, newest_that_fit
@@ -473,8 +474,9 @@ async def run_baselines(settings: Settings, pool, tenant: str, items: list[Item]
     for n, (item, vector) in enumerate(zip(items, vectors, strict=True), start=1):
         async with pool.connection() as conn, tenant_scope(conn, tenant):
             turns = await search_turns(conn, tenant=tenant, query=item.qa.question, vector=vector,
-                                       conversation_ids=[item.sample.conversation_id], top_k=k,
-                                       pool=max(k, settings.retrieve_pool), use_lexical=False)
+                                       conversation_ids=[item.sample.conversation_id],
+                                       recipe=replace(DENSE_TURNS, top_k=k,
+                                                      pool=max(k, settings.retrieve_pool)))
         nearest = [Line(t.turn_id, t.speaker, t.text, t.ts) for t in sorted(turns, key=lambda t: t.ts)]
         dense = await answer_with(master, item.qa.question, asked_at_for(item.sample), nearest,
                                   max_tokens=settings.llm_max_tokens)

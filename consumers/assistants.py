@@ -21,15 +21,11 @@ from epistream.errors import EpistreamError
 from epistream.llm import ModelClient, Usage
 
 from .prompts import ASSISTANT_PROMPT_VERSION, AssistantReply, load_prompt
+from .retrieval import load_turns
 from .router import OPEN_SUFFIX, RoutedSegment
 
 log = logging.getLogger(__name__)
 
-SEGMENT_TURNS = """
-SELECT conversation_id, turn_id, speaker, text, ts FROM memory.turns
-WHERE tenant = %s AND conversation_id = %s AND turn_id = ANY(%s)
-ORDER BY ts, turn_id
-"""
 _SPACES = re.compile(r"\s+")
 
 
@@ -77,8 +73,9 @@ def pick_endpoint(segment_id: str, endpoints: list[str]) -> int:
 async def load_segments(conn: AsyncConnection, tenant: str, routed: list[RoutedSegment]) -> list[SegmentText]:
     texts = []
     for segment in routed:
-        cur = await conn.execute(SEGMENT_TURNS, (tenant, segment.conversation_id, list(segment.turn_ids)))
-        turns = [SegmentTurnText(r[1], r[2], r[3], r[4]) for r in await cur.fetchall()]
+        found = await load_turns(conn, tenant=tenant, conversation_id=segment.conversation_id,
+                                 turn_ids=segment.turn_ids)
+        turns = [SegmentTurnText(r["turn_id"], r["speaker"], r["text"], r["ts"]) for r in found]
         if turns:
             texts.append(SegmentText(segment.segment_id, segment.conversation_id, turns))
     return texts

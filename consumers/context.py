@@ -3,7 +3,6 @@ about entities the question names, and the best turns, each a dated, citable lin
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -12,26 +11,7 @@ from psycopg import AsyncConnection
 
 from epistream.contracts import Evidence
 
-from .retrieve import RetrievedTurn
-
-NEAREST_GISTS = """
-SELECT gist_id, conversation_id, segment_id, text, turn_ids, said_at FROM memory.gists
-WHERE tenant = %(tenant)s AND (%(conversations)s::text[] IS NULL OR conversation_id = ANY(%(conversations)s))
-ORDER BY embedding <=> %(vector)s LIMIT %(limit)s
-"""
-# Facts whose subject or object the question names (whole words of the normalised question).
-FACTS_NAMED = """
-SELECT f.fact_id, f.conversation_id, f.segment_id, s.name, f.predicate, o.name,
-       f.point_in_time, f.start_time, f.end_time, f.turn_ids, f.said_at
-FROM memory.facts f
-JOIN memory.entities s ON s.tenant = f.tenant AND s.entity_id = f.subject_id
-JOIN memory.entities o ON o.tenant = f.tenant AND o.entity_id = f.object_id
-WHERE f.tenant = %(tenant)s AND (%(conversations)s::text[] IS NULL OR f.conversation_id = ANY(%(conversations)s))
-  AND ((length(s.normalized_name) > 2 AND %(padded)s LIKE '%% ' || s.normalized_name || ' %%')
-    OR (length(o.normalized_name) > 2 AND %(padded)s LIKE '%% ' || o.normalized_name || ' %%'))
-ORDER BY f.said_at DESC, f.fact_id LIMIT %(limit)s
-"""
-_NON_WORD = re.compile(r"[^\w\s]+")
+from .retrieval import RetrievedTurn, facts_named, nearest_gists
 
 
 @dataclass(frozen=True)
@@ -61,19 +41,16 @@ async def gist_and_fact_items(
     conn: AsyncConnection, *, tenant: str, question: str, vector: np.ndarray, conversation_ids: list[str] | None,
     gists: int = 5, facts: int = 10,
 ) -> list[ContextItem]:
-    params = {"tenant": tenant, "conversations": conversation_ids or None, "vector": vector}
     items: list[ContextItem] = []
-    cur = await conn.execute(NEAREST_GISTS, params | {"limit": gists})
-    for _, conversation_id, segment_id, text, turn_ids, said_at in await cur.fetchall():
-        items.append(ContextItem(f"gist: {text}", said_at, Evidence(
-            conversation_id=conversation_id, segment_id=segment_id, turn_ids=list(turn_ids), quote=text,
-            time=said_at)))
-    padded = f" {' '.join(_NON_WORD.sub(' ', question.lower()).split())} "
-    cur = await conn.execute(FACTS_NAMED, params | {"padded": padded, "limit": facts})
-    for _, conversation_id, segment_id, subject, predicate, obj, point, start, end, turn_ids, said_at in \
-            await cur.fetchall():
-        quote = f"{subject} {predicate} {obj}"
-        items.append(ContextItem(f"fact: {quote}, {_period(point, start, end)} (said {said_at:%Y-%m-%d})", said_at,
-                                 Evidence(conversation_id=conversation_id, segment_id=segment_id,
-                                          turn_ids=list(turn_ids), quote=quote, time=said_at)))
+    for g in await nearest_gists(conn, tenant=tenant, vector=vector, conversation_ids=conversation_ids, limit=gists):
+        items.append(ContextItem(f"gist: {g['text']}", g["said_at"], Evidence(
+            conversation_id=g["conversation_id"], segment_id=g["segment_id"], turn_ids=list(g["turn_ids"]),
+            quote=g["text"], time=g["said_at"])))
+    for f in await facts_named(conn, tenant=tenant, question=question, conversation_ids=conversation_ids,
+                               limit=facts):
+        quote = f"{f['subject']} {f['predicate']} {f['object']}"
+        period = _period(f["point_in_time"], f["start_time"], f["end_time"])
+        items.append(ContextItem(f"fact: {quote}, {period} (said {f['said_at']:%Y-%m-%d})", f["said_at"],
+                                 Evidence(conversation_id=f["conversation_id"], segment_id=f["segment_id"],
+                                          turn_ids=list(f["turn_ids"]), quote=quote, time=f["said_at"])))
     return items

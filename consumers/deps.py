@@ -12,7 +12,7 @@ from epistream.metrics import Metrics
 from epistream.settings import Settings
 
 from .assistants import AssistantPool
-from .router import RouterConfig
+from .retrieval import Recipes
 
 
 @dataclass(frozen=True)
@@ -23,11 +23,5 @@ class AnswerDeps:
     master: ModelClient
     metrics: Metrics
     assistants: AssistantPool
-    router: RouterConfig
+    recipes: Recipes
 
-
-def router_config(settings: Settings) -> RouterConfig:
-    return RouterConfig(top_k=settings.router_top_k, candidates=settings.router_candidates,
-                        fusion=settings.router_fusion,
-                        weights=settings.pathway_weights, force_include=settings.router_force_include,
-                        rrf_k=settings.rrf_k)

@@ -28,7 +28,8 @@ from epistream.settings import Settings
 
 from .answer import answer_question, failed_answer
 from .assistants import AssistantPool
-from .deps import AnswerDeps, router_config
+from .deps import AnswerDeps
+from .retrieval import from_settings
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         concurrency=settings.assistant_concurrency, max_tokens=settings.assistant_max_tokens,
     )
     deps = AnswerDeps(settings=settings, pool=pool, embedder=embedder, master=master, metrics=metrics,
-                      assistants=assistants, router=router_config(settings))
+                      assistants=assistants, recipes=from_settings(settings))
     producer = create_producer(settings)
     consumer = AIOKafkaConsumer(
         settings.topic_questions,

@@ -32,10 +32,10 @@ async def route_question(deps: AnswerDeps, question: Question, vector) -> list[R
     window = window_for(question)
     async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
         routed = await route(conn, tenant=question.tenant, question=question.question, vector=vector,
-                             conversation_ids=question.conversation_ids, config=deps.router, window=window)
+                             conversation_ids=question.conversation_ids, recipe=deps.recipes.router, window=window)
         if not routed and window is not None:
             routed = await route(conn, tenant=question.tenant, question=question.question, vector=vector,
-                                 conversation_ids=question.conversation_ids, config=deps.router)
+                                 conversation_ids=question.conversation_ids, recipe=deps.recipes.router)
     deps.metrics.router_candidates.observe(len(routed))
     return routed
 

@@ -11,7 +11,7 @@ from epistream.db import tenant_scope
 from ..context import ContextItem, gist_and_fact_items, turn_item
 from ..deps import AnswerDeps
 from ..prompts import ANSWER_PROMPT_VERSION, MasterAnswer, load_prompt
-from ..retrieve import search_turns
+from ..retrieval import search_turns
 from .base import Abstention, ModeResult, model_text
 
 
@@ -47,16 +47,8 @@ async def answer_fast(question: Question, deps: AnswerDeps) -> ModeResult:
     settings = deps.settings
     vector = (await asyncio.to_thread(deps.embedder.embed, [question.question]))[0]
     async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
-        turns = await search_turns(
-            conn,
-            tenant=question.tenant,
-            query=question.question,
-            vector=vector,
-            conversation_ids=question.conversation_ids,
-            top_k=settings.retrieve_top_k,
-            pool=settings.retrieve_pool,
-            rrf_k=settings.rrf_k,
-        )
+        turns = await search_turns(conn, tenant=question.tenant, query=question.question, vector=vector,
+                                   conversation_ids=question.conversation_ids, recipe=deps.recipes.turns)
         structured = await gist_and_fact_items(conn, tenant=question.tenant, question=question.question,
                                                vector=vector, conversation_ids=question.conversation_ids)
     # Gists and facts first (dense, dated), then the turns in time order, as the conversation read.

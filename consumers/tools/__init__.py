@@ -12,8 +12,8 @@ connection already inside ``tenant_scope``, one job per module:
   ``observations``: each tool's result as the model sees it, bounded, with its evidence.
 - ``schemas``: arguments as data and their date expressions; ``registry``: the tool
   specs and argument validation; ``dispatch``: ``run_tool`` / ``call_tool``.
-- ``sql``: shared SQL fragments (constants composed with psycopg.sql, values always
-  bound); ``shaping``: JSON shaping; ``limits``: vocabulary and bounds.
+- ``shaping``: JSON shaping; ``limits``: vocabulary and bounds. The SQL they share
+  (fragments and the seed searches) lives in consumers/retrieval.
 """
 
 from .dispatch import RUNNERS, CallScope, Embeds, call_tool, run_tool

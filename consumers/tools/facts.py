@@ -10,9 +10,9 @@ from psycopg import AsyncConnection, sql
 
 from epistream.names import normalize_name, normalize_predicate
 
+from ..retrieval import conversations, in_conversations, rows
 from .limits import ENTITY_MATCH_LIMIT, Aggregate, Order
 from .results import EntityContexts, FactRow
-from .sql import conversations, in_conversations, rows
 
 _ALIAS_MATCHES = sql.SQL(
     "EXISTS (SELECT 1 FROM unnest(e.aliases) a WHERE lower(btrim(a)) IN (%(lowered)s, %(normalized)s))")

@@ -6,35 +6,36 @@ from __future__ import annotations
 
 from psycopg import AsyncConnection, sql
 
+from ..retrieval import (
+    GIST_COLUMNS,
+    GIST_FIELDS,
+    conversations,
+    in_scope,
+    load_turns,
+    nearest_in_order,
+    of_tenant,
+    rows,
+)
 from .limits import SIMILAR_LIMIT, SIMILAR_MIN_COSINE
 from .results import EntityRef, GistContexts, GistHit, TurnHit
-from .sql import GIST_COLUMNS, TURN_COLUMNS, conversations, in_conversations, nearest_gists, rows
 
 GIST_BY_ID = sql.SQL("""
 SELECT {gist_columns}, g.embedding
 FROM memory.gists g
-WHERE g.tenant = %(tenant)s AND g.gist_id = %(gist_id)s AND {conversations}
-""").format(gist_columns=GIST_COLUMNS, conversations=in_conversations("g"))
-
-GIST_SOURCE_TURNS = sql.SQL("""
-SELECT {turn_columns}
-FROM memory.turns t
-WHERE t.tenant = %(tenant)s AND t.conversation_id = %(conversation_id)s AND t.turn_id = ANY(%(turn_ids)s)
-ORDER BY t.ts, t.turn_id
-""").format(turn_columns=TURN_COLUMNS)
-
+WHERE {scope} AND g.gist_id = %(gist_id)s
+""").format(gist_columns=GIST_COLUMNS, scope=in_scope("g"))
 
 def _neighbours(comparison: sql.SQL, direction: sql.SQL) -> sql.Composed:
     """The conversation's gists on one side of the gist, in (event_date, said_at, gist_id) order."""
     return sql.SQL("""
 SELECT {gist_columns}
 FROM memory.gists g
-WHERE g.tenant = %(tenant)s AND g.conversation_id = %(conversation_id)s
+WHERE {tenant} AND g.conversation_id = %(conversation_id)s
   AND (g.event_date, g.said_at, g.gist_id) {comparison} (%(event_date)s::date, %(said_at)s::timestamptz,
                                                         %(gist_id)s::text)
 ORDER BY g.event_date {direction}, g.said_at {direction}, g.gist_id {direction}
 LIMIT %(window)s
-""").format(gist_columns=GIST_COLUMNS, comparison=comparison, direction=direction)
+""").format(gist_columns=GIST_COLUMNS, tenant=of_tenant("g"), comparison=comparison, direction=direction)
 
 
 GISTS_BEFORE = _neighbours(sql.SQL("<"), sql.SQL("DESC"))  # nearest first; reversed to oldest first
@@ -48,9 +49,10 @@ WHERE m.tenant = %(tenant)s AND m.gist_id = %(gist_id)s
 ORDER BY e.name, e.entity_id
 """)
 
-SIMILAR_GISTS = nearest_gists(
-    sql.SQL("g.gist_id <> %(gist_id)s AND {conversations}").format(conversations=in_conversations("g")),
-    keep=sql.SQL("n.distance < %(max_distance)s"))
+SIMILAR_GISTS = nearest_in_order(
+    "gists", "g", GIST_FIELDS,
+    sql.SQL("{scope} AND g.gist_id <> %(gist_id)s").format(scope=in_scope("g")),
+    tiebreak=("gist_id",), keep=sql.SQL("n.distance < %(max_distance)s"))
 
 
 async def find_gist_contexts(
@@ -73,8 +75,7 @@ async def find_gist_contexts(
     gist = GistHit.from_row(row)
     around = {"tenant": tenant, "conversation_id": gist.conversation_id, "event_date": gist.event_date,
               "said_at": gist.said_at, "gist_id": gist.gist_id, "window": window}
-    turns = await rows(conn, GIST_SOURCE_TURNS, {"tenant": tenant, "conversation_id": gist.conversation_id,
-                                                 "turn_ids": gist.turn_ids})
+    turns = await load_turns(conn, tenant=tenant, conversation_id=gist.conversation_id, turn_ids=gist.turn_ids)
     before = await rows(conn, GISTS_BEFORE, around) if window > 0 else []
     after = await rows(conn, GISTS_AFTER, around) if window > 0 else []
     entities = await rows(conn, GIST_ENTITIES, {"tenant": tenant, "gist_id": gist.gist_id})

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
-from consumers.retrieve import search_turns
+from consumers.retrieval import FUSED_TURNS, search_turns
 from epistream.client import ask
 from epistream.contracts import Answer, DeadLetter, Mode, Question
 from epistream.db import create_pool, tenant_scope
@@ -52,7 +53,7 @@ def test_retrieval_is_confined_to_the_asked_conversations_and_tenant(stack, two_
         try:
             async with pool.connection() as conn, tenant_scope(conn, tenant):
                 return await search_turns(conn, tenant=tenant, query=query, vector=embedder.embed_one(query),
-                                          conversation_ids=conversations, top_k=10)
+                                          conversation_ids=conversations, recipe=replace(FUSED_TURNS, top_k=10))
         finally:
             await pool.close()
 

@@ -14,8 +14,9 @@ import pytest
 
 from consumers.answer import answer_question
 from consumers.assistants import AssistantPool
-from consumers.deps import AnswerDeps, router_config
-from consumers.router import RouterConfig, route
+from consumers.deps import AnswerDeps
+from consumers.retrieval import SegmentRecipe, from_settings
+from consumers.router import route
 from consumers.timefilter import DateRange
 from epistream.contracts import Mode, Question, Turn
 from epistream.db import create_pool, tenant_scope
@@ -72,7 +73,7 @@ def memory(postgres):
     return tenant, conversation, embedder
 
 
-def _route(postgres, memory, question: str, config: RouterConfig, window=None):
+def _route(postgres, memory, question: str, recipe: SegmentRecipe, window=None):
     tenant, conversation, embedder = memory
 
     async def go():
@@ -81,7 +82,7 @@ def _route(postgres, memory, question: str, config: RouterConfig, window=None):
         try:
             async with pool.connection() as conn, tenant_scope(conn, tenant):
                 return await route(conn, tenant=tenant, question=question, vector=embedder.embed_one(question),
-                                   conversation_ids=[conversation], config=config, window=window)
+                                   conversation_ids=[conversation], recipe=recipe, window=window)
         finally:
             await pool.close()
 
@@ -90,7 +91,7 @@ def _route(postgres, memory, question: str, config: RouterConfig, window=None):
 
 def test_lexical_pathway_force_includes_a_strong_keyword_hit(postgres, memory):
     _, conversation, _ = memory
-    routed = _route(postgres, memory, "Maya booked the ferry to Stromboli", RouterConfig(top_k=1).only("lexical"))
+    routed = _route(postgres, memory, "Maya booked the ferry to Stromboli", SegmentRecipe(top_k=1).only("lexical"))
     assert routed[0].segment_id == f"{conversation}#0000" and routed[0].forced
     assert routed[0].turn_ids == ("s0-t0", "s0-t1")
     assert set(routed[0].pathway_scores) == {"lexical"}
@@ -98,13 +99,13 @@ def test_lexical_pathway_force_includes_a_strong_keyword_hit(postgres, memory):
 
 def test_dense_pathway_finds_a_paraphrase_without_shared_words(postgres, memory):
     _, conversation, _ = memory
-    routed = _route(postgres, memory, "an elderly relative celebrated a birthday", RouterConfig(top_k=1).only("dense"))
+    routed = _route(postgres, memory, "an elderly relative celebrated a birthday", SegmentRecipe(top_k=1).only("dense"))
     assert routed[0].segment_id == f"{conversation}#0001" and not routed[0].forced
 
 
 def test_turns_not_yet_in_a_closed_segment_are_routed_as_the_open_segment(postgres, memory):
     _, conversation, _ = memory
-    routed = _route(postgres, memory, "Where does Maya work now, the bakery?", RouterConfig(top_k=1))
+    routed = _route(postgres, memory, "Where does Maya work now, the bakery?", SegmentRecipe(top_k=1))
     assert routed[0].segment_id == f"{conversation}#open" and routed[0].is_open
     assert routed[0].turn_ids == ("s2-t0", "s2-t1")
 
@@ -112,7 +113,7 @@ def test_turns_not_yet_in_a_closed_segment_are_routed_as_the_open_segment(postgr
 def test_time_window_keeps_only_segments_said_in_it(postgres, memory):
     _, conversation, _ = memory
     june = DateRange(datetime(2024, 6, 1, tzinfo=UTC), datetime(2024, 7, 1, tzinfo=UTC))
-    routed = _route(postgres, memory, "what happened?", RouterConfig(top_k=5), window=june)
+    routed = _route(postgres, memory, "what happened?", SegmentRecipe(top_k=5), window=june)
     assert [r.segment_id for r in routed] == [f"{conversation}#0001"]
 
 
@@ -143,7 +144,7 @@ def _deps(postgres, assistant_urls: list[str], master_url: str) -> tuple[AnswerD
     pool = create_pool(postgres)
     assistants = AssistantPool([client(u, "assistant") for u in assistant_urls], concurrency=2, max_tokens=100)
     return AnswerDeps(postgres, pool, Embedder.from_settings(postgres), client(master_url, "master"), metrics,
-                      assistants, router_config(postgres)), metrics
+                      assistants, from_settings(postgres)), metrics
 
 
 def _ask(deps: AnswerDeps, question: Question):

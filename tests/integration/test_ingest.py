@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from dataclasses import replace
 
 import psycopg
 import pytest
 
-from consumers.retrieve import search_turns
+from consumers.retrieval import FUSED_TURNS, search_turns
 from epistream.contracts import DeadLetter
 from epistream.embeddings import Embedder
 
@@ -34,7 +35,7 @@ def test_turn_is_stored_and_found_lexically_and_densely(stack, db_url, unique):
 
     embedder = Embedder.from_settings(stack)
 
-    async def search(query: str, **pathways: bool):
+    async def search(query: str, *pathways: str):
         from epistream.db import create_pool, tenant_scope
 
         pool = create_pool(stack)
@@ -43,17 +44,17 @@ def test_turn_is_stored_and_found_lexically_and_densely(stack, db_url, unique):
             async with pool.connection() as conn, tenant_scope(conn, tenant):
                 return await search_turns(
                     conn, tenant=tenant, query=query, vector=embedder.embed_one(query),
-                    conversation_ids=[conversation], top_k=3, **pathways,
+                    conversation_ids=[conversation], recipe=replace(FUSED_TURNS, top_k=3, pathways=pathways),
                 )
         finally:
             await pool.close()
 
-    lexical = asyncio.run(search("Stromboli ferry", use_dense=False))
+    lexical = asyncio.run(search("Stromboli ferry", "lexical"))
     assert lexical and lexical[0].turn_id == "t001"
     assert lexical[0].lexical_rank == 1 and lexical[0].dense_rank is None
 
     # No shared keyword with the stored text: only the dense pathway can find it.
-    dense = asyncio.run(search("a relative celebrated a birthday with the whole family", use_lexical=False))
+    dense = asyncio.run(search("a relative celebrated a birthday with the whole family", "dense"))
     assert dense and dense[0].turn_id == "t004"
     assert dense[0].dense_rank == 1 and dense[0].lexical_rank is None
 

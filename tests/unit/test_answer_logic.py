@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 from consumers.context import turn_item
 from consumers.modes.fast import build_messages, evidence_from, format_excerpts
 from consumers.prompts import MasterAnswer, load_prompt
-from consumers.retrieve import RetrievedTurn
+from consumers.retrieval import RetrievedTurn
 from epistream.contracts import Question
 from epistream.llm import response_format
 from epistream.settings import JsonMode

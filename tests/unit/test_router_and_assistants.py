@@ -8,7 +8,8 @@ import pytest
 from consumers.answer import choose_mode
 from consumers.assistants import SegmentText, SegmentTurnText, pick_endpoint, verify
 from consumers.prompts import AssistantReply
-from consumers.router import RouterConfig, fuse, select
+from consumers.retrieval import SegmentRecipe, fuse
+from consumers.router import select
 from epistream.contracts import Mode, Question
 
 SCORES = {
@@ -19,7 +20,7 @@ SCORES = {
 
 
 def test_minmax_fusion_weights_each_normalised_pathway():
-    fused = fuse(SCORES, RouterConfig())
+    fused = fuse(SCORES, SegmentRecipe())
     # a: 0.3*1 + 0.4*0; b: 0.3*0.5 + 0.4*1; c: 0 + 0 + 0.3*1; d: 0.4*(0.4/0.6) + 0
     assert fused["a"] == pytest.approx(0.3)
     assert fused["b"] == pytest.approx(0.3 * 0.5 + 0.4)
@@ -28,16 +29,16 @@ def test_minmax_fusion_weights_each_normalised_pathway():
 
 
 def test_rrf_fusion_sums_reciprocal_ranks():
-    fused = fuse(SCORES, RouterConfig(fusion="rrf", rrf_k=60))
+    fused = fuse(SCORES, SegmentRecipe(fusion="rrf", rrf_k=60))
     assert fused["a"] == pytest.approx(1 / 61 + 1 / 63)
     assert max(fused, key=fused.get) in {"b", "d"}
 
 
 def test_a_switched_off_pathway_does_not_count():
-    only_dense = RouterConfig().only("dense")
+    only_dense = SegmentRecipe().only("dense")
     fused = fuse(SCORES, only_dense)
     assert set(fused) == {"a", "b", "d"} and fused["b"] == pytest.approx(0.4)
-    assert not only_dense.force_include and RouterConfig().only("lexical").force_include
+    assert not only_dense.force_include and SegmentRecipe().only("lexical").force_include
 
 
 def test_force_include_adds_strong_keyword_hits_beyond_top_k():

@@ -1,0 +1,108 @@
+"""Retrieval as data: which pathways run, how many candidates each takes from its
+index, how they are fused and how many results come back, as frozen recipes with
+a few named ones (in the spirit of graphiti_core's search-config recipes).
+
+Pure data: nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal, get_args
+
+from epistream.settings import Settings
+
+from .fragments import TextSearchConfig
+
+SegmentPathway = Literal["summary", "dense", "lexical"]
+TurnPathway = Literal["dense", "lexical"]
+FusionMethod = Literal["minmax", "rrf"]
+
+SEGMENT_PATHWAYS: tuple[SegmentPathway, ...] = get_args(SegmentPathway)
+TURN_PATHWAYS: tuple[TurnPathway, ...] = get_args(TurnPathway)
+# The turn pathways of the router take this many turns per segment candidate: a segment holds several turns.
+TURNS_PER_SEGMENT_CANDIDATE = 4
+
+
+def _check(pathways: tuple[str, ...], known: tuple[str, ...], config: str) -> None:
+    unknown = [p for p in pathways if p not in known]
+    if unknown:
+        raise ValueError(f"unknown pathways {unknown}: choose from {known}")
+    if config not in get_args(TextSearchConfig):
+        raise ValueError(f"unknown text-search configuration {config!r}")
+
+
+@dataclass(frozen=True)
+class TurnRecipe:
+    """Fused turn search: each pathway takes its top ``pool`` turns on its own index
+    (dense: HNSW; lexical: full-text), their ranks fused by reciprocal rank (``rrf_k``)."""
+
+    pathways: tuple[TurnPathway, ...] = TURN_PATHWAYS
+    pool: int = 50
+    rrf_k: int = 60
+    top_k: int = 8
+    keyword_config: TextSearchConfig = "english"  # of the OR-ed keyword query
+
+    def __post_init__(self) -> None:
+        _check(self.pathways, TURN_PATHWAYS, self.keyword_config)
+
+
+@dataclass(frozen=True)
+class SegmentRecipe:
+    """The router: which segments to read. Each pathway scores segments on its own index
+    (``candidates`` from the summaries, four times as many turns from the turn indexes),
+    fused by weighted min-max (``weights``: summary, dense, lexical) or reciprocal rank
+    (``rrf_k``); the best ``top_k`` are read, plus any a turn matching every keyword of the
+    question force-includes."""
+
+    top_k: int = 5
+    candidates: int = 50
+    fusion: FusionMethod = "minmax"
+    weights: tuple[float, float, float] = (0.3, 0.4, 0.3)
+    pathways: tuple[SegmentPathway, ...] = SEGMENT_PATHWAYS
+    force_include: bool = True
+    rrf_k: int = 60
+    keyword_config: TextSearchConfig = "english"  # of the OR-ed keyword query
+
+    def __post_init__(self) -> None:
+        _check(self.pathways, SEGMENT_PATHWAYS, self.keyword_config)
+        if self.fusion not in get_args(FusionMethod):
+            raise ValueError(f"fusion must be one of {get_args(FusionMethod)}, not {self.fusion!r}")
+
+    @property
+    def turn_candidates(self) -> int:
+        return self.candidates * TURNS_PER_SEGMENT_CANDIDATE
+
+    def only(self, pathway: SegmentPathway) -> SegmentRecipe:
+        """The same router with a single pathway (ablations, per-pathway recall)."""
+        return replace(self, pathways=(pathway,), force_include=self.force_include and pathway == "lexical")
+
+
+# --- named recipes ------------------------------------------------------------------------
+
+ROUTER_DEFAULT = SegmentRecipe()
+ROUTER_RRF = replace(ROUTER_DEFAULT, fusion="rrf")
+FUSED_TURNS = TurnRecipe()  # fast mode's turns
+DENSE_TURNS = replace(FUSED_TURNS, pathways=("dense",))  # the dense top-k baseline of the eval
+# The tools' "any word" query reads plainto's lexemes under 'simple' (kept as they are);
+# the router and fused turn search read them under 'english' (see fragments.any_keyword).
+TOOL_KEYWORD_CONFIG: TextSearchConfig = "simple"
+
+
+@dataclass(frozen=True)
+class Recipes:
+    """What the answer worker retrieves with: the router's recipe and fast mode's turns."""
+
+    router: SegmentRecipe = ROUTER_DEFAULT
+    turns: TurnRecipe = FUSED_TURNS
+
+
+def from_settings(settings: Settings) -> Recipes:
+    """The named defaults with the router_* and retrieve_* settings applied (the one place that reads them)."""
+    return Recipes(
+        router=replace(ROUTER_DEFAULT, top_k=settings.router_top_k, candidates=settings.router_candidates,
+                       fusion=settings.router_fusion, weights=settings.pathway_weights,
+                       force_include=settings.router_force_include, rrf_k=settings.rrf_k),
+        turns=replace(FUSED_TURNS, top_k=settings.retrieve_top_k, pool=settings.retrieve_pool,
+                      rrf_k=settings.rrf_k),
+    )

@@ -1,0 +1,106 @@
+"""Turn reads: fused turn search (lexical full-text and dense HNSW pathways fused by
+reciprocal rank, computed in PostgreSQL on its indexes), and a conversation's turns by id."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+import numpy as np
+from psycopg import AsyncConnection, sql
+from psycopg.rows import class_row
+
+from .execute import rows
+from .fragments import (
+    TextSearchConfig,
+    TurnOrder,
+    any_keyword,
+    conversations,
+    in_scope,
+    matches,
+    nearest,
+    turns_by_id,
+)
+from .recipes import TurnRecipe
+
+
+@cache
+def fused_turn_search(keyword_config: TextSearchConfig) -> sql.Composed:
+    """Each pathway takes its own top ``%(pool)s`` on its own index, then their ranks are fused."""
+    return sql.SQL("""
+WITH dense AS (
+    SELECT tenant, conversation_id, turn_id, row_number() OVER () AS rnk
+    FROM ({dense}) d
+), lexical AS (
+    SELECT tenant, conversation_id, turn_id, row_number() OVER () AS rnk
+    FROM (SELECT t.tenant, t.conversation_id, t.turn_id
+          FROM memory.turns t, {any_keyword} q
+          WHERE %(use_lexical)s AND {matches} AND {scope}
+          ORDER BY ts_rank_cd(t.tsv, q) DESC
+          LIMIT %(pool)s) l
+), fused AS (
+    SELECT coalesce(d.tenant, l.tenant) AS tenant,
+           coalesce(d.conversation_id, l.conversation_id) AS conversation_id,
+           coalesce(d.turn_id, l.turn_id) AS turn_id,
+           d.rnk AS dense_rank, l.rnk AS lexical_rank,
+           coalesce(1.0 / (%(rrf_k)s + d.rnk), 0) + coalesce(1.0 / (%(rrf_k)s + l.rnk), 0) AS score
+    FROM dense d FULL JOIN lexical l USING (tenant, conversation_id, turn_id)
+)
+SELECT f.conversation_id, f.turn_id, t.speaker, t.text, t.ts, t.session_id,
+       f.score::float8 AS score, f.dense_rank, f.lexical_rank
+FROM fused f JOIN memory.turns t USING (tenant, conversation_id, turn_id)
+ORDER BY f.score DESC, t.ts
+LIMIT %(top_k)s
+""").format(
+        dense=nearest("turns", "t", sql.SQL("t.tenant, t.conversation_id, t.turn_id"),
+                      sql.SQL("%(use_dense)s AND {scope}").format(scope=in_scope("t")), limit="pool"),
+        any_keyword=any_keyword(keyword_config), matches=matches(sql.SQL("t.tsv"), sql.SQL("q")),
+        scope=in_scope("t"))
+
+
+@dataclass(frozen=True)
+class RetrievedTurn:
+    conversation_id: str
+    turn_id: str
+    speaker: str
+    text: str
+    ts: datetime
+    session_id: str | None
+    score: float
+    dense_rank: int | None
+    lexical_rank: int | None
+
+
+async def search_turns(
+    conn: AsyncConnection,
+    *,
+    tenant: str,
+    query: str,
+    vector: np.ndarray,
+    conversation_ids: list[str] | None,
+    recipe: TurnRecipe,
+) -> list[RetrievedTurn]:
+    """The recipe's best turns, best first. Run inside ``tenant_scope(conn, tenant)``."""
+    params = {
+        "tenant": tenant,
+        "query": query,
+        "vector": vector,
+        "conversations": conversations(conversation_ids),
+        "top_k": recipe.top_k,
+        "pool": recipe.pool,
+        "rrf_k": recipe.rrf_k,
+        "use_dense": "dense" in recipe.pathways,
+        "use_lexical": "lexical" in recipe.pathways,
+    }
+    async with conn.cursor(row_factory=class_row(RetrievedTurn)) as cur:
+        await cur.execute(fused_turn_search(recipe.keyword_config), params)
+        return await cur.fetchall()
+
+
+async def load_turns(conn: AsyncConnection, *, tenant: str, conversation_id: str, turn_ids: list[str] | tuple[str, ...],
+                     order: TurnOrder = "time") -> list[dict[str, Any]]:
+    """A conversation's turns by id as dict rows of TURN_FIELDS, in time order or as listed."""
+    return await rows(conn, turns_by_id(order), {"tenant": tenant, "conversation_id": conversation_id,
+                                                 "turn_ids": list(turn_ids)})

@@ -1,0 +1,173 @@
+"""The retrieval package's pure parts: recipes as data (and from settings), the fusion
+maths, and the SQL its fragments compose (each fragment written once)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from psycopg import sql
+
+from consumers.retrieval import (
+    DENSE_TURNS,
+    FUSED_TURNS,
+    LEXICAL_GISTS,
+    LEXICAL_TURNS,
+    ROUTER_DEFAULT,
+    ROUTER_RRF,
+    SEGMENT_PATHWAYS,
+    TOOL_KEYWORD_CONFIG,
+    Recipes,
+    SegmentRecipe,
+    TurnRecipe,
+    any_keyword,
+    from_settings,
+    fuse,
+    in_scope,
+    min_max,
+    overlaps_window,
+    reciprocal_rank,
+    turns_by_id,
+)
+from consumers.retrieval.segments import DENSE_PATHWAY, lexical_pathway, summary_pathway
+from consumers.retrieval.turns import fused_turn_search
+from epistream.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def text(composed: sql.Composable) -> str:
+    return composed.as_string(None)
+
+
+# --- recipes ------------------------------------------------------------------------------
+
+def test_named_recipes_are_the_defaults_the_worker_used():
+    assert ROUTER_DEFAULT == SegmentRecipe(top_k=5, candidates=50, fusion="minmax", weights=(0.3, 0.4, 0.3),
+                                           pathways=("summary", "dense", "lexical"), force_include=True, rrf_k=60,
+                                           keyword_config="english")
+    assert ROUTER_DEFAULT.turn_candidates == 200
+    assert ROUTER_RRF == replace(ROUTER_DEFAULT, fusion="rrf")
+    assert FUSED_TURNS == TurnRecipe(pathways=("dense", "lexical"), pool=50, rrf_k=60, top_k=8,
+                                     keyword_config="english")
+    assert DENSE_TURNS.pathways == ("dense",) and DENSE_TURNS.pool == FUSED_TURNS.pool
+    assert TOOL_KEYWORD_CONFIG == "simple"
+
+
+def test_recipes_come_from_the_router_and_retrieve_settings():
+    settings = Settings(router_top_k=3, router_candidates=20, router_fusion="rrf", router_weights=(0.2, 0.5, 0.3),
+                        router_force_include=False, retrieve_top_k=11, retrieve_pool=70, rrf_k=30)
+    recipes = from_settings(settings)
+    assert recipes == Recipes(
+        router=SegmentRecipe(top_k=3, candidates=20, fusion="rrf", weights=(0.2, 0.5, 0.3), force_include=False,
+                             rrf_k=30),
+        turns=TurnRecipe(top_k=11, pool=70, rrf_k=30),
+    )
+    assert recipes.router.turn_candidates == 80
+
+
+def test_default_settings_give_the_named_recipes():
+    fields = ("router_top_k", "router_candidates", "router_fusion", "router_weights", "router_force_include",
+              "retrieve_top_k", "retrieve_pool", "rrf_k")
+    defaults = Settings(**{f: Settings.model_fields[f].default for f in fields})
+    assert from_settings(defaults) == Recipes(router=ROUTER_DEFAULT, turns=FUSED_TURNS)
+
+
+def test_one_pathway_keeps_force_include_only_for_lexical():
+    assert ROUTER_DEFAULT.only("dense") == replace(ROUTER_DEFAULT, pathways=("dense",), force_include=False)
+    assert ROUTER_DEFAULT.only("lexical").force_include
+    assert not replace(ROUTER_DEFAULT, force_include=False).only("lexical").force_include
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: SegmentRecipe(pathways=("summary", "graph")),
+    lambda: SegmentRecipe(fusion="max"),
+    lambda: SegmentRecipe(keyword_config="german"),
+    lambda: TurnRecipe(pathways=("summary",)),
+])
+def test_a_recipe_naming_what_does_not_exist_fails_when_built(bad):
+    with pytest.raises(ValueError):
+        bad()
+
+
+# --- fusion -------------------------------------------------------------------------------
+
+SCORES = {"summary": {"a": 0.9, "b": 0.5}, "dense": {"a": 0.2, "b": 0.8, "c": 0.8}, "lexical": {"c": 3.0}}
+
+
+def test_min_max_scales_to_unit_and_counts_a_flat_pathway_as_one():
+    assert min_max({"a": 2.0, "b": 4.0, "c": 3.0}) == {"a": 0.0, "b": 1.0, "c": 0.5}
+    assert min_max({"a": 7.0, "b": 7.0}) == {"a": 1.0, "b": 1.0}
+
+
+def test_weighted_min_max_fusion():
+    fused = fuse(SCORES, ROUTER_DEFAULT)
+    assert fused == pytest.approx({"a": 0.3, "b": 0.3 * 0 + 0.4 * 1, "c": 0.4 * 1 + 0.3 * 1})
+
+
+def test_reciprocal_rank_fusion_breaks_ties_by_id():
+    fused = fuse(SCORES, replace(ROUTER_RRF, rrf_k=10))
+    # dense: b and c tie on 0.8, b ranks first by id
+    assert fused["b"] == pytest.approx(reciprocal_rank(2, 10) + reciprocal_rank(1, 10))
+    assert fused["c"] == pytest.approx(reciprocal_rank(2, 10) + reciprocal_rank(1, 10))
+    assert fused["a"] == pytest.approx(1 / 11 + 1 / 13)
+    assert reciprocal_rank(1, 60) == 1 / 61
+
+
+def test_only_the_recipes_pathways_are_fused():
+    assert set(fuse(SCORES, ROUTER_DEFAULT.only("lexical"))) == {"c"}
+    assert fuse({p: {} for p in SEGMENT_PATHWAYS}, ROUTER_DEFAULT) == {}
+
+
+# --- fragments ----------------------------------------------------------------------------
+
+OR_QUERY = "to_tsquery('{}', replace(plainto_tsquery('english', %(query)s)::text, ' & ', ' | '))"
+
+
+def test_the_or_query_is_one_fragment_parameterised_by_its_text_search_config():
+    assert text(any_keyword("english")) == OR_QUERY.format("english")
+    assert text(any_keyword("simple")) == OR_QUERY.format("simple")
+    with pytest.raises(ValueError):
+        any_keyword("english'); DROP TABLE memory.turns; --")  # type: ignore[arg-type]
+
+
+def test_each_caller_reads_the_or_query_under_the_config_it_always_used():
+    for router_statement in (fused_turn_search("english"), summary_pathway("english"), lexical_pathway("english")):
+        assert OR_QUERY.format("english") in text(router_statement)
+    for tool_statement in (LEXICAL_GISTS, LEXICAL_TURNS):
+        assert OR_QUERY.format("simple") in text(tool_statement)
+    assert OR_QUERY.format("simple") in text(fused_turn_search("simple"))
+
+
+def test_scope_is_the_tenant_and_the_question_conversations():
+    assert text(in_scope("t")) == ('"t"."tenant" = %(tenant)s AND (%(conversations)s::text[] IS NULL '
+                                   'OR "t"."conversation_id" = ANY(%(conversations)s))')
+
+
+def test_the_time_window_is_one_fragment_over_instants_or_days():
+    instant = overlaps_window(sql.SQL("s.start_ts"), sql.SQL("s.end_ts"), "instant")
+    assert text(instant) == ("(%(start)s::timestamptz IS NULL OR s.end_ts >= %(start)s)"
+                             " AND (%(end)s::timestamptz IS NULL OR s.start_ts < %(end)s)")
+    day = overlaps_window(sql.SQL("d"), sql.SQL("d"), "day")
+    assert text(day) == "(%(start)s::date IS NULL OR d >= %(start)s) AND (%(end)s::date IS NULL OR d <= %(end)s)"
+    assert text(overlaps_window(sql.SQL("t.ts"), sql.SQL("t.ts"), "instant")) in text(DENSE_PATHWAY)
+
+
+def test_turns_by_id_in_time_order_or_as_listed():
+    by_time = text(turns_by_id("time"))
+    assert "t.turn_id = ANY(%(turn_ids)s)" in by_time and by_time.endswith("ORDER BY t.ts, t.turn_id")
+    listed = text(turns_by_id("listed"))
+    assert "WITH ORDINALITY" in listed and listed.endswith("ORDER BY ids.position")
+    for statement in (by_time, listed):
+        assert statement.startswith('SELECT "t"."conversation_id", "t"."turn_id", "t"."speaker", "t"."text", "t"."ts"')
+
+
+def test_the_query_side_reads_turns_and_keyword_queries_only_through_the_retrieval_package():
+    outside = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "consumers").rglob("*.py")
+        if "retrieval" not in path.relative_to(ROOT / "consumers").parts
+        and any(marker in path.read_text() for marker in ("memory.turns", "to_tsquery", "= ANY(%(conversations)s"))
+    ]
+    assert outside == []
