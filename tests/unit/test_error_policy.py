@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from types import SimpleNamespace
 
 import httpx
 import openai
@@ -12,11 +13,14 @@ import psycopg
 import pytest
 from aiokafka.errors import KafkaConnectionError, NodeNotReadyError
 
+from consumers.prompts import AssistantReply
 from epistream.contracts import DeadLetter, Question, Segment, SegmentCloseRequest, Turn, decode
 from epistream.errors import ContractError, ModelOutputError, ModelUnavailable, is_transient
 from epistream.kafka_io import dead_letter
+from epistream.llm import ModelClient
 from epistream.metrics import Metrics
 from epistream.retry import BLOCKING, Backoff, retry
+from epistream.settings import JsonMode
 from pipeline.records import RawRecord
 
 TURN = {"tenant": "t", "conversation_id": "c", "turn_id": "t1", "speaker": "Alice", "text": "hi",
@@ -224,3 +228,40 @@ def test_dead_letter_builds_counts_and_sends_the_record_keyed_as_it_was():
     counted = metrics.registry.get_sample_value(
         "epistream_dlq_messages_total", {"stage": "ingest", "error_class": "ContractError"})
     assert counted == 1.0
+
+
+# --- the model client's two waits ---
+
+class RefusingCompletions:
+    """A chat endpoint that refuses `refusals` connections, then replies with `reply`."""
+
+    def __init__(self, refusals: int, reply: str) -> None:
+        self.refusals, self.reply, self.calls = refusals, reply, 0
+
+    async def create(self, **_request):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        if self.calls <= self.refusals:
+            raise openai.APIConnectionError(request=REQUEST)
+        message = SimpleNamespace(content=self.reply, tool_calls=None)
+        return SimpleNamespace(choices=[SimpleNamespace(message=message)], usage=None)
+
+
+def model_client(completions: RefusingCompletions, *, restart_wait_s: float, max_retries: int = 0):  # type: ignore[no-untyped-def]
+    client = SimpleNamespace(chat=SimpleNamespace(completions=completions))
+    return ModelClient(client, role="master", model="m", json_mode=JsonMode.LLAMA_CPP, metrics=Metrics.create(),
+                       max_retries=max_retries, backoff_s=0.01, endpoint_label="model:1",
+                       restart_wait_s=restart_wait_s)
+
+
+def test_the_model_client_waits_out_a_restarting_server_within_one_attempt():
+    completions = RefusingCompletions(3, '{"relevant": false}')
+    result = asyncio.run(model_client(completions, restart_wait_s=5.0).complete_json([], AssistantReply, max_tokens=8))
+    assert completions.calls == 4 and result.attempts == 1 and result.value.relevant is False
+
+
+def test_without_a_restart_wait_a_refusal_is_a_failed_attempt():
+    completions = RefusingCompletions(9, "{}")
+    with pytest.raises(ModelUnavailable, match="APIConnectionError"):
+        asyncio.run(model_client(completions, restart_wait_s=0.0, max_retries=1).complete_json(
+            [], AssistantReply, max_tokens=8))
+    assert completions.calls == 2, "one call per attempt: nothing waited for a restart"
