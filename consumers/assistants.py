@@ -19,8 +19,9 @@ from psycopg import AsyncConnection
 
 from epistream.errors import EpistreamError
 from epistream.llm import ModelClient, Usage
+from epistream.prompts import fence, turn_line
 
-from .prompts import ASSISTANT_PROMPT_VERSION, AssistantReply, load_prompt
+from .prompts import ASSISTANT_PROMPT, AssistantReply
 from .retrieval import load_turns
 from .router import OPEN_SUFFIX, RoutedSegment
 
@@ -82,14 +83,13 @@ async def load_segments(conn: AsyncConnection, tenant: str, routed: list[RoutedS
 
 
 def segment_prompt(segment: SegmentText) -> str:
-    lines = [f"[{t.ts:%Y-%m-%d %H:%M} ({t.ts:%A})] ({t.turn_id}) {t.speaker}: {t.text}" for t in segment.turns]
-    return "<segment>\n" + "\n".join(lines) + "\n</segment>"
+    return fence("segment", "\n".join(turn_line(t) for t in segment.turns))
 
 
 def build_messages(segment: SegmentText, question: str) -> list[dict[str, str]]:
     # The segment leads and the question trails: the shared prefix is what a replica caches.
     return [
-        {"role": "system", "content": load_prompt(ASSISTANT_PROMPT_VERSION)},
+        {"role": "system", "content": ASSISTANT_PROMPT.template},
         {"role": "user", "content": f"{segment_prompt(segment)}\n\nQuestion: {question}"},
     ]
 
@@ -137,7 +137,7 @@ class AssistantPool:
         client = self.endpoint_for(segment.segment_id)
         async with self._limit:
             try:
-                result = await client.complete_json(build_messages(segment, question), AssistantReply,
+                result = await client.complete_json(build_messages(segment, question), ASSISTANT_PROMPT.schema,
                                                     max_tokens=self._max_tokens)
             except EpistreamError as exc:
                 # One failed read must not sink the question: the others may hold the answer.

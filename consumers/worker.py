@@ -8,22 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import signal
 import time
 
-import psycopg
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaError
-from pydantic import ValidationError
 
-from epistream.contracts import Question
+from epistream.contracts import Question, decode
 from epistream.db import create_pool
 from epistream.embeddings import Embedder
 from epistream.errors import ContractError, EpistreamError
-from epistream.kafka_io import consumer_lag, count_dead_letter, create_producer, dead_letter, worker_client_id
+from epistream.kafka_io import DeadLetterSend, consumer_lag, create_producer, dead_letter, worker_client_id
 from epistream.metrics import Metrics
 from epistream.resources import model_client
+from epistream.retry import BLOCKING, retry
 from epistream.settings import Settings
 
 from .answer import answer_question, failed_answer
@@ -38,13 +35,11 @@ STAGE = "answer"
 
 async def handle_question(record: ConsumerRecord, deps: AnswerDeps, producer) -> None:  # type: ignore[no-untyped-def]
     settings = deps.settings
+    send_dead = _dlq_sender(producer, settings.topic_dlq)
     try:
-        try:
-            question = Question.from_bytes(record.value)
-        except (ValidationError, ValueError) as exc:
-            raise ContractError(f"not a valid memory.questions event: {str(exc)[:500]}") from exc
+        question = decode(record.value, Question, what="memory.questions event")
     except ContractError as exc:
-        await _dead_letter(record, exc, deps, producer)
+        await dead_letter(send_dead, deps.metrics, record, stage=STAGE, error=exc)
         return
     started = time.perf_counter()
     try:
@@ -53,7 +48,7 @@ async def handle_question(record: ConsumerRecord, deps: AnswerDeps, producer) ->
         # The model kept failing: tell the asker, and keep the question for a replay.
         answer = failed_answer(question, exc, started)
         deps.metrics.questions_answered.labels(answer.mode.value, "failed").inc()
-        await _dead_letter(record, exc, deps, producer)
+        await dead_letter(send_dead, deps.metrics, record, stage=STAGE, error=exc)
     await producer.send_and_wait(
         question.reply_topic or settings.topic_answers, key=question.question_id.encode(), value=answer.to_bytes()
     )
@@ -62,28 +57,19 @@ async def handle_question(record: ConsumerRecord, deps: AnswerDeps, producer) ->
 
 async def _handle_with_retry(record: ConsumerRecord, deps: AnswerDeps, producer, stop: asyncio.Event) -> None:  # type: ignore[no-untyped-def]
     """A database or broker hiccup must not lose the question: retry it, offset uncommitted."""
-    attempt = 0
-    while True:
-        try:
-            await handle_question(record, deps, producer)
-            return
-        except (psycopg.OperationalError, KafkaError) as exc:
-            attempt += 1
-            delay = min(30.0, 0.5 * 2 ** min(attempt, 6)) * (0.5 + random.random() / 2)
-            log.warning("question at %s[%d]@%d failed (%s), retry %d in %.1fs", record.topic, record.partition,
-                        record.offset, type(exc).__name__, attempt, delay)
-            if stop.is_set():
-                raise
-            await asyncio.sleep(delay)
+
+    def waiting(exc: BaseException, attempt: int, delay: float) -> None:
+        log.warning("question at %s[%d]@%d failed (%s), retry %d in %.1fs", record.topic, record.partition,
+                    record.offset, type(exc).__name__, attempt, delay)
+
+    await retry(lambda: handle_question(record, deps, producer), backoff=BLOCKING, on_retry=waiting,
+                stop=stop.is_set)
 
 
-async def _dead_letter(record: ConsumerRecord, exc: Exception, deps: AnswerDeps, producer) -> None:  # type: ignore[no-untyped-def]
-    letter = dead_letter(
-        topic=record.topic, partition=record.partition, offset=record.offset,
-        key=record.key, value=record.value, stage=STAGE, error=exc,
-    )
-    count_dead_letter(deps.metrics, letter)
-    await producer.send_and_wait(deps.settings.topic_dlq, key=record.key, value=letter.to_bytes())
+def _dlq_sender(producer, topic: str) -> DeadLetterSend:  # type: ignore[no-untyped-def]
+    async def send(key: bytes | None, value: bytes) -> None:
+        await producer.send_and_wait(topic, key=key, value=value)
+    return send
 
 
 async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:

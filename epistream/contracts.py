@@ -7,11 +7,15 @@ is dead-lettered instead of silently dropped.
 from __future__ import annotations
 
 import base64
+import json
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from .errors import ContractError
 
 SCHEMA_VERSION = 1
 
@@ -166,3 +170,40 @@ class DeadLetter(Contract):
 
     def original_key(self) -> bytes | None:
         return None if self.key_b64 is None else base64.b64decode(self.key_b64)
+
+
+C = TypeVar("C", bound=Contract)
+
+
+def decode(raw: bytes | None, model: type[C] | Sequence[type[C]], *, what: str) -> C:
+    """A topic value as its contract, or a ContractError that says why not: where the JSON
+    breaks, or which fields fail and how. ``what`` names the event in the reason
+    ("memory.turns event"). Given several contracts, the value's ``kind`` picks the one whose
+    ``kind`` literal names it; any other value is read as the one without a ``kind`` field."""
+    try:
+        if raw is None:
+            raise ValueError("empty message value")
+        data = json.loads(raw)
+        chosen = model if isinstance(model, type) else _by_kind(model, data)
+        return chosen.model_validate(data)
+    except (ValidationError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ContractError(f"not a valid {what}: {_reason(exc)}") from exc
+
+
+def _kinds(model: type[Contract]) -> tuple[Any, ...]:
+    field = model.model_fields.get("kind")
+    return () if field is None else get_args(field.annotation)
+
+
+def _by_kind(models: Sequence[type[C]], data: Any) -> type[C]:
+    kind = data.get("kind") if isinstance(data, dict) else None
+    tagged = [m for m in models if kind is not None and kind in _kinds(m)]
+    return tagged[0] if tagged else next(m for m in models if not _kinds(m))
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()[:5])
+    if isinstance(exc, json.JSONDecodeError):
+        return f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    return str(exc)[:500]

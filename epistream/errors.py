@@ -1,4 +1,4 @@
-"""Exception tree.
+"""Exception tree, and which failures are worth retrying (`is_transient`).
 
     EpistreamError
     ├── RetryableError            try again later: timeouts, 429/5xx, serialization failures
@@ -35,3 +35,21 @@ class ModelOutputError(PermanentError):
 
 class ServiceError(EpistreamError):
     """An embedded service could not be started or reached."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether waiting and trying the same thing again can succeed: the one list of what the
+    workers retry (the ingest store, the answer worker's hiccups, the model calls)."""
+    # Imported here so the exception tree stays importable without the client libraries.
+    import openai
+    import psycopg
+    from aiokafka.errors import KafkaError
+
+    if isinstance(exc, (psycopg.OperationalError, psycopg.errors.SerializationFailure,
+                        psycopg.errors.DeadlockDetected)):
+        return True  # the database went away, or a transaction lost a race: nothing was written
+    if isinstance(exc, KafkaError):
+        return True  # the broker is unreachable or rebalancing: the offset is not committed yet
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):
+        return True  # a slow, busy or restarting model server
+    return isinstance(exc, openai.APIStatusError) and exc.status_code >= 500

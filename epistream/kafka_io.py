@@ -6,8 +6,10 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
@@ -123,7 +125,28 @@ def create_producer(settings: Settings) -> AIOKafkaProducer:
     )
 
 
-def dead_letter(
+class SourceRecord(Protocol):
+    """Where a record came from and its bytes: a Faust event's message as `pipeline.records.RawRecord`,
+    or an aiokafka `ConsumerRecord`, as they are."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+#: Sends one dead letter (its key, its bytes) to the dead-letter topic: a Faust topic's `send`,
+#: or an aiokafka producer's `send_and_wait` bound to the topic.
+DeadLetterSend = Callable[[bytes | None, bytes], Awaitable[object]]
+
+
+def build_dead_letter(
     *,
     topic: str,
     partition: int,
@@ -148,11 +171,27 @@ def dead_letter(
     )
 
 
-def count_dead_letter(metrics: Metrics, letter: DeadLetter) -> None:
+async def dead_letter(
+    send: DeadLetterSend,
+    metrics: Metrics,
+    record: SourceRecord,
+    *,
+    stage: str,
+    error: BaseException,
+    attempts: int = 1,
+) -> DeadLetter:
+    """The one way a record is given up on: its dead letter is built, counted, logged and sent
+    (keyed as the record was, so the dead-letter topic keeps each key's letters together)."""
+    letter = build_dead_letter(
+        topic=record.topic, partition=record.partition, offset=record.offset, key=record.key, value=record.value,
+        stage=stage, error=error, attempts=attempts,
+    )
     metrics.dead_letters.labels(letter.stage, letter.error_class).inc()
     log.warning(
         "dead-lettered %s[%d]@%d at %s: %s", letter.topic, letter.partition, letter.offset, letter.stage, letter.error_class
     )
+    await send(record.key, letter.to_bytes())
+    return letter
 
 
 async def partitions_of(settings: Settings, topic: str) -> list[int]:

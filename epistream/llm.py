@@ -7,10 +7,8 @@ for what a retry can fix (timeouts, 429/5xx, output that failed validation).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import random
 import time
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -19,8 +17,9 @@ from urllib.parse import urlsplit
 import openai
 from pydantic import BaseModel, ValidationError
 
-from .errors import ModelOutputError, ModelUnavailable
+from .errors import ModelOutputError, ModelUnavailable, is_transient
 from .metrics import Metrics
+from .retry import Backoff, retry
 from .settings import JsonMode, Settings
 
 log = logging.getLogger(__name__)
@@ -78,12 +77,6 @@ def _server_absent(exc: BaseException) -> bool:
     return isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError)
 
 
-def _is_retryable(exc: BaseException) -> bool:
-    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):
-        return True
-    return isinstance(exc, openai.APIStatusError) and exc.status_code >= 500
-
-
 class ModelClient:
     """One role's model (extractor, assistant or master) behind an injected client."""
 
@@ -106,7 +99,10 @@ class ModelClient:
         self._json_mode = json_mode
         self._metrics = metrics
         self._max_retries = max_retries
-        self._backoff_s = backoff_s
+        # Between attempts: backoff_s, doubled per attempt, times 0.5 to 1.5 (no cap: attempts are few).
+        self._between_attempts = Backoff(first_s=backoff_s, jitter_low=0.5, jitter_high=1.5)
+        # While a refused connection says the server is restarting: backoff_s doubled up to 5 s, no jitter.
+        self._restart_backoff = Backoff(first_s=backoff_s, cap_s=5.0, jitter_low=1.0, jitter_high=1.0)
         # host:port of the endpoint: bounded by configuration, never by input.
         self.endpoint_label = endpoint_label or endpoint_name(str(client.base_url))
         self._last_transient: Exception | None = None
@@ -115,20 +111,18 @@ class ModelClient:
         self._restart_wait_s = restart_wait_s
 
     async def _request(self, **request: Any) -> Any:
-        deadline = time.monotonic() + self._restart_wait_s
-        delay = self._backoff_s
         in_flight = self._metrics.model_in_flight.labels(self.role, self.endpoint_label)
-        while True:
-            try:
-                with in_flight.track_inprogress():
-                    return await self._client.chat.completions.create(model=self.model, **request)
-            except Exception as exc:
-                if not _server_absent(exc) or time.monotonic() + delay > deadline:
-                    raise
-                log.warning("%s model server not answering (%s): waiting %.1fs for it", self.role,
-                            type(exc).__name__, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+
+        async def call() -> Any:
+            with in_flight.track_inprogress():
+                return await self._client.chat.completions.create(model=self.model, **request)
+
+        def waiting(exc: BaseException, _attempt: int, delay: float) -> None:
+            log.warning("%s model server not answering (%s): waiting %.1fs for it", self.role,
+                        type(exc).__name__, delay)
+
+        return await retry(call, backoff=self._restart_backoff, retry_on=_server_absent,
+                           within_s=self._restart_wait_s, on_retry=waiting)
 
     async def _create(self, attempt: int, **request: Any) -> Any | None:
         """One request, measured. None: a retryable failure (already waited out); raises otherwise."""
@@ -138,13 +132,13 @@ class ModelClient:
         except Exception as exc:  # classified just below
             self._metrics.model_latency_seconds.labels(self.role, self.endpoint_label).observe(
                 time.perf_counter() - started)
-            if not _is_retryable(exc):
+            if not is_transient(exc):
                 self._metrics.model_requests.labels(self.role, self.endpoint_label, "failed").inc()
                 raise ModelUnavailable(f"{self.role} model call failed: {type(exc).__name__}: {exc}") from exc
             self._metrics.model_requests.labels(self.role, self.endpoint_label, "retry").inc()
             log.warning("%s model call attempt %d failed: %s", self.role, attempt, type(exc).__name__)
             self._last_transient = exc
-            await self._sleep(attempt)
+            await self._between_attempts.wait(attempt)
             return None
         self._metrics.model_latency_seconds.labels(self.role, self.endpoint_label).observe(time.perf_counter() - started)
         return response
@@ -217,9 +211,6 @@ class ModelClient:
                 return calls[0].function.name, calls[0].function.arguments or "{}", usage
             self._metrics.model_requests.labels(self.role, self.endpoint_label, "invalid_output").inc()
         raise ModelOutputError(f"{self.role} made no tool call after retries")
-
-    async def _sleep(self, attempt: int) -> None:
-        await asyncio.sleep(self._backoff_s * (2 ** (attempt - 1)) * (0.5 + random.random()))
 
 
 def _short(exc: BaseException | None, limit: int = 300) -> str:

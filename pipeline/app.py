@@ -9,12 +9,12 @@ from collections.abc import Sequence
 import faust
 from mode import Service
 from psycopg_pool import AsyncConnectionPool
-from pydantic import ValidationError
 
-from epistream.contracts import Segment, SegmentCloseRequest
+from epistream.contracts import Segment, SegmentCloseRequest, decode
 from epistream.db import create_pool, tenant_scope
 from epistream.embeddings import Embedder
-from epistream.kafka_io import consumer_lag, count_dead_letter, dead_letter, worker_client_id
+from epistream.errors import ContractError
+from epistream.kafka_io import consumer_lag, dead_letter, worker_client_id
 from epistream.metrics import Metrics
 from epistream.resources import model_client
 from epistream.settings import Settings
@@ -22,6 +22,7 @@ from epistream.settings import Settings
 from . import segments
 from .enrich import STAGE as ENRICH_STAGE
 from .enrich import EnrichDeps, enrich_segment
+from .ingest import STAGE as INGEST_STAGE
 from .ingest import ingest_batch
 from .records import RawRecord
 
@@ -83,6 +84,9 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
     segments_topic = app.topic(settings.topic_segments, key_serializer="raw", value_serializer="raw")
     dlq_topic = app.topic(settings.topic_dlq, key_serializer="raw", value_serializer="raw")
 
+    async def send_dead(key: bytes | None, value: bytes) -> None:
+        await dlq_topic.send(key=key, value=value)
+
     async def publish(closed: Sequence[tuple[str, str]]) -> None:
         """Send closed segments (whole) to memory.segments, then mark them published."""
         async with resources.pool.connection() as conn:
@@ -103,8 +107,8 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
                 [_record(e) for e in events], pool=resources.pool, embedder=resources.embedder, metrics=metrics,
                 segmenter=segmenter,
             )
-            for letter in result.dead:
-                await dlq_topic.send(key=letter.original_key(), value=letter.to_bytes())
+            for rejected in result.dead:
+                await dead_letter(send_dead, metrics, rejected.record, stage=INGEST_STAGE, error=rejected.error)
             if result.closed_segments:
                 await publish(result.closed_segments)
 
@@ -113,21 +117,14 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         async for event in stream.events():
             record = _record(event)
             try:
-                segment = Segment.from_bytes(record.value)
-            except (ValidationError, ValueError) as exc:
-                await _dead_letter(record, exc)
+                segment = decode(record.value, Segment, what="memory.segments event")
+            except ContractError as exc:
+                await dead_letter(send_dead, metrics, record, stage=ENRICH_STAGE, error=exc)
                 continue
             outcome = await enrich_segment(segment, resources.enrich)
             if outcome.error is not None:
-                await _dead_letter(record, outcome.error, attempts=settings.llm_max_retries + 1)
-
-    async def _dead_letter(record: RawRecord, exc: Exception, attempts: int = 1) -> None:
-        letter = dead_letter(
-            topic=record.topic, partition=record.partition, offset=record.offset, key=record.key,
-            value=record.value, stage=ENRICH_STAGE, error=exc, attempts=attempts,
-        )
-        count_dead_letter(metrics, letter)
-        await dlq_topic.send(key=record.key, value=letter.to_bytes())
+                await dead_letter(send_dead, metrics, record, stage=ENRICH_STAGE, error=outcome.error,
+                                  attempts=settings.llm_max_retries + 1)
 
     @app.timer(interval=settings.segment_check_every_s)
     async def housekeeping() -> None:

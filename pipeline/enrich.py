@@ -24,11 +24,12 @@ from epistream.errors import ModelOutputError, ModelUnavailable
 from epistream.llm import ModelClient
 from epistream.metrics import Metrics
 from epistream.names import normalize_name, normalize_predicate, resolve_speaker
+from epistream.prompts import fence, turn_line
 from epistream.settings import Settings
 
 from . import memory_store
 from .enrichment import Enrichment, FactRow, GistRow
-from .prompts import ENRICH_PROMPT_VERSION, EnrichmentOut, FactOut, GistOut, load_prompt
+from .prompts import ENRICH_PROMPT, EnrichmentOut, FactOut, GistOut
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +38,8 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 def build_messages(segment: Segment) -> list[dict[str, str]]:
-    lines = [
-        f"[{t.ts:%Y-%m-%d %H:%M} ({t.ts:%A})] ({t.turn_id}) {t.speaker}: {t.text}" for t in segment.turns
-    ]
-    user = "<segment>\n" + "\n".join(lines) + "\n</segment>"
-    return [{"role": "system", "content": load_prompt(ENRICH_PROMPT_VERSION)}, {"role": "user", "content": user}]
+    user = fence("segment", "\n".join(turn_line(t) for t in segment.turns))
+    return [{"role": "system", "content": ENRICH_PROMPT.template}, {"role": "user", "content": user}]
 
 
 def _words(text: str) -> set[str]:
@@ -182,14 +180,14 @@ async def enrich_segment(segment: Segment, deps: EnrichDeps) -> EnrichOutcome:
     and returns the error for the caller to dead-letter."""
     started = time.perf_counter()
     async with deps.pool.connection() as conn:
-        skip = await memory_store.skip_reason(conn, segment, ENRICH_PROMPT_VERSION)
+        skip = await memory_store.skip_reason(conn, segment, ENRICH_PROMPT.version)
     if skip is not None:
         # Spare the model: a forgotten conversation, or a redelivery of a segment already enriched.
         deps.metrics.segments_enriched.labels(skip).inc()
         return EnrichOutcome(segment.segment_id, skip == "done")
     try:
         reply = await deps.extractor.complete_json(
-            build_messages(segment), EnrichmentOut, max_tokens=deps.settings.extractor_max_tokens
+            build_messages(segment), ENRICH_PROMPT.schema, max_tokens=deps.settings.extractor_max_tokens
         )
     except (ModelOutputError, ModelUnavailable) as exc:
         async with deps.pool.connection() as conn:
@@ -202,7 +200,7 @@ async def enrich_segment(segment: Segment, deps: EnrichDeps) -> EnrichOutcome:
     vectors = await asyncio.to_thread(deps.embedder.embed, texts)
     async with deps.pool.connection() as conn:
         counts = await memory_store.store_enrichment(
-            conn, segment, enrichment, vectors, settings=deps.settings, prompt_version=ENRICH_PROMPT_VERSION
+            conn, segment, enrichment, vectors, settings=deps.settings, prompt_version=ENRICH_PROMPT.version
         )
     metrics = deps.metrics
     if counts is None:

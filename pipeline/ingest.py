@@ -1,33 +1,30 @@
 """The fast path: validate turns, embed them, store them, advance the segmenter;
-dead-letter what is invalid.
+set aside what is invalid, with why.
 
 A plain async function over a batch of raw records, so tests call it without
-Faust; the agent in :mod:`pipeline.app` only decodes, calls, produces.
+Faust; the agent in :mod:`pipeline.app` calls it, dead-letters what it set aside, produces.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import numpy as np
 import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from pydantic import ValidationError
 
-from epistream.contracts import DeadLetter, SegmentCloseRequest, Turn
+from epistream.contracts import SegmentCloseRequest, Turn, decode
 from epistream.db import tenant_scope
 from epistream.embeddings import Embedder
 from epistream.errors import ContractError
-from epistream.kafka_io import count_dead_letter, dead_letter
 from epistream.metrics import Metrics
+from epistream.retry import BLOCKING, retry
 
 from . import segments
 from .records import RawRecord
@@ -38,39 +35,29 @@ from .turns_store import upsert_turns
 log = logging.getLogger(__name__)
 
 STAGE = "ingest"
-# Errors where waiting helps: the offset is not committed, so nothing is lost.
-_TRANSIENT = (psycopg.OperationalError, psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
 # Errors tied to one row's content: find the row and dead-letter it.
 _ROW_ERRORS = (psycopg.DataError, psycopg.IntegrityError)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A record the batch cannot use, and why: the caller dead-letters it at STAGE."""
+
+    record: RawRecord
+    error: Exception
 
 
 @dataclass
 class IngestResult:
     stored: list[Turn] = field(default_factory=list)
     outcomes: list[str] = field(default_factory=list)
-    dead: list[DeadLetter] = field(default_factory=list)
+    dead: list[Rejected] = field(default_factory=list)
     closed_segments: list[tuple[str, str]] = field(default_factory=list)
 
 
 def decode_record(record: RawRecord) -> Turn | SegmentCloseRequest:
     """A turn, or a segment-close control record; anything else is a ContractError."""
-    try:
-        if record.value is None:
-            raise ValueError("empty message value")
-        data = json.loads(record.value)
-        if isinstance(data, dict) and data.get("kind") == "segment_close":
-            return SegmentCloseRequest.model_validate(data)
-        return Turn.model_validate(data)
-    except (ValidationError, ValueError, UnicodeDecodeError) as exc:
-        raise ContractError(f"not a valid memory.turns event: {_describe(exc)}") from exc
-
-
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()[:5])
-    if isinstance(exc, json.JSONDecodeError):
-        return f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-    return str(exc)[:500]
+    return decode(record.value, (Turn, SegmentCloseRequest), what="memory.turns event")
 
 
 async def ingest_batch(
@@ -91,7 +78,7 @@ async def ingest_batch(
         try:
             decoded = decode_record(record)
         except ContractError as exc:
-            result.dead.append(_letter(record, exc))
+            result.dead.append(Rejected(record, exc))
             continue
         if isinstance(decoded, SegmentCloseRequest):
             closes.append(decoded)
@@ -112,8 +99,6 @@ async def ingest_batch(
                 metrics.produce_to_searchable_seconds.observe(max(0.0, (now - record.produced_at).total_seconds()))
     for outcome in result.outcomes:
         metrics.turns_ingested.labels(outcome).inc()
-    for letter in result.dead:
-        count_dead_letter(metrics, letter)
     if result.closed_segments:
         metrics.segments_closed.inc(len(result.closed_segments))
     metrics.ingest_batch_seconds.observe(time.perf_counter() - started)
@@ -121,21 +106,20 @@ async def ingest_batch(
 
 
 async def _store_with_retry(pool, turns, vectors, closes, segmenter, result: IngestResult, max_backoff_s: float):  # type: ignore[no-untyped-def]
-    attempt = 0
-    while True:
-        attempt += 1
+    async def attempt() -> IngestResult:
+        # Each attempt starts from the batch's decoding rejects: a failed one leaves nothing behind.
         partial = IngestResult(dead=list(result.dead))
-        try:
-            async with pool.connection() as conn:
-                await _write(conn, turns, vectors, closes, segmenter, partial)
-            result.stored, result.outcomes = partial.stored, partial.outcomes
-            result.dead, result.closed_segments = partial.dead, partial.closed_segments
-            return
-        except _TRANSIENT as exc:
-            # Never skip: block this partition (backpressure) until PostgreSQL is back.
-            delay = min(max_backoff_s, 0.5 * 2 ** min(attempt, 6)) * (0.5 + random.random() / 2)
-            log.warning("storing %d turns failed (%s), retry %d in %.1fs", len(turns), type(exc).__name__, attempt, delay)
-            await asyncio.sleep(delay)
+        async with pool.connection() as conn:
+            await _write(conn, turns, vectors, closes, segmenter, partial)
+        return partial
+
+    def waiting(exc: BaseException, attempt_no: int, delay: float) -> None:
+        log.warning("storing %d turns failed (%s), retry %d in %.1fs", len(turns), type(exc).__name__, attempt_no, delay)
+
+    # Never skip: block this partition (backpressure) until PostgreSQL is back.
+    done = await retry(attempt, backoff=replace(BLOCKING, cap_s=max_backoff_s), on_retry=waiting)
+    result.stored, result.outcomes = done.stored, done.outcomes
+    result.dead, result.closed_segments = done.dead, done.closed_segments
 
 
 async def _write(conn: AsyncConnection, turns, vectors, closes, segmenter, result: IngestResult) -> None:  # type: ignore[no-untyped-def]
@@ -178,14 +162,7 @@ async def _upsert_one_by_one(conn: AsyncConnection, turns, vectors, result: Inge
             async with conn.transaction():
                 outcomes.extend(await upsert_turns(conn, [turn], vector[None, :], [record]))
         except _ROW_ERRORS as exc:
-            result.dead.append(_letter(record, exc))
+            result.dead.append(Rejected(record, exc))
             continue
         stored.append(turn)
     return stored, outcomes
-
-
-def _letter(record: RawRecord, exc: Exception) -> DeadLetter:
-    return dead_letter(
-        topic=record.topic, partition=record.partition, offset=record.offset,
-        key=record.key, value=record.value, stage=STAGE, error=exc,
-    )

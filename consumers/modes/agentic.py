@@ -16,10 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from epistream.contracts import Evidence, Question
 from epistream.db import tenant_scope
 from epistream.llm import Usage
+from epistream.prompts import register
 
 from ..assistants import SegmentText, SegmentTurnText
 from ..deps import AnswerDeps
-from ..prompts import load_prompt
 from ..tools import (
     SPECS_BY_NAME,
     TOOL_SPECS,
@@ -36,7 +36,6 @@ from .base import Abstention, ModeResult
 
 log = logging.getLogger(__name__)
 
-AGENT_PROMPT_VERSION = "agent_v1"
 ToolName = Literal[tuple(SPECS_BY_NAME)]  # type: ignore[valid-type]
 OBSERVATION_CHARS = 3000  # a tool result in the agent's context: whole items left out beyond it
 
@@ -50,13 +49,18 @@ class AgentStep(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
+# Registered here, not in consumers.prompts beside the others: the schema names the tools, and
+# consumers.tools imports the assistants, which import consumers.prompts (a cycle otherwise).
+AGENT_PROMPT = register("consumers.prompts", "agent", 1, AgentStep)
+
+
 def system_prompt() -> str:
     tools = "\n".join(
         f"- {spec['name']}: {spec['description']} Arguments: "
         + json.dumps({k: v.get("type", "any") for k, v in spec["parameters"].get("properties", {}).items()})
         for spec in TOOL_SPECS
     )
-    return load_prompt(AGENT_PROMPT_VERSION) + "\n" + tools
+    return AGENT_PROMPT.template + "\n" + tools
 
 
 async def _assistant_read(deps: AnswerDeps, question: Question,
@@ -84,7 +88,7 @@ async def next_step(deps: AnswerDeps, messages: list[dict[str, str]]) -> tuple[A
             name = "output_answer"  # an unknown function ends the loop as an abstention
             parsed = {"answer": "", "abstain": True}
         return AgentStep(tool=name, arguments=parsed if isinstance(parsed, dict) else {}), usage
-    step = await deps.master.complete_json(messages, AgentStep, max_tokens=deps.settings.llm_max_tokens)
+    step = await deps.master.complete_json(messages, AGENT_PROMPT.schema, max_tokens=deps.settings.llm_max_tokens)
     return step.value, step.usage
 
 

@@ -9,10 +9,11 @@ from datetime import UTC, datetime, timedelta
 from epistream.contracts import Evidence, Question
 from epistream.db import tenant_scope
 from epistream.llm import Usage
+from epistream.prompts import fence
 
 from ..assistants import QuotedTurn, load_segments
 from ..deps import AnswerDeps
-from ..prompts import MASTER_PROMPT_VERSION, MasterAnswer, load_prompt
+from ..prompts import MASTER_PROMPT
 from ..router import RoutedSegment, route
 from ..timefilter import DateRange, extract
 from .base import Abstention, ModeResult, model_text
@@ -48,8 +49,8 @@ def evidence_lines(quotes: list[QuotedTurn]) -> str:
 
 def master_messages(question: Question, quotes: list[QuotedTurn]) -> list[dict[str, str]]:
     asked = (question.asked_at or datetime.now(UTC)).strftime("%Y-%m-%d")
-    user = f"<evidence>\n{evidence_lines(quotes)}\n</evidence>\n\nToday is {asked}. Question: {question.question}"
-    return [{"role": "system", "content": load_prompt(MASTER_PROMPT_VERSION)}, {"role": "user", "content": user}]
+    user = f"{fence('evidence', evidence_lines(quotes))}\n\nToday is {asked}. Question: {question.question}"
+    return [{"role": "system", "content": MASTER_PROMPT.template}, {"role": "user", "content": user}]
 
 
 def to_evidence(quotes: list[QuotedTurn]) -> list[Evidence]:
@@ -71,7 +72,7 @@ async def answer_deep(question: Question, deps: AnswerDeps) -> ModeResult:
     quotes = sorted((q for r in readings for q in r.quotes), key=lambda q: (q.time, q.turn_id))
     if not quotes:
         return ModeResult.abstain(Abstention.NO_EVIDENCE, assistants=assistant_usage)
-    reply = await deps.master.complete_json(master_messages(question, quotes), MasterAnswer,
+    reply = await deps.master.complete_json(master_messages(question, quotes), MASTER_PROMPT.schema,
                                             max_tokens=deps.settings.llm_max_tokens)
     cited = [quotes[n - 1] for n in dict.fromkeys(reply.value.evidence) if 1 <= n <= len(quotes)] or quotes
     return ModeResult(

@@ -7,10 +7,11 @@ from datetime import UTC, datetime
 
 from epistream.contracts import Evidence, Question
 from epistream.db import tenant_scope
+from epistream.prompts import fence
 
 from ..context import ContextItem, gist_and_fact_items, turn_item
 from ..deps import AnswerDeps
-from ..prompts import ANSWER_PROMPT_VERSION, MasterAnswer, load_prompt
+from ..prompts import ANSWER_PROMPT
 from ..retrieval import search_turns
 from .base import Abstention, ModeResult, model_text
 
@@ -30,10 +31,10 @@ def format_excerpts(items: list[ContextItem], max_chars: int) -> str:
 def build_messages(question: Question, items: list[ContextItem], max_chars: int) -> list[dict[str, str]]:
     asked = (question.asked_at or datetime.now(UTC)).strftime("%Y-%m-%d")
     user = (
-        f"<memory>\n{format_excerpts(items, max_chars)}\n</memory>\n\n"
+        f"{fence('memory', format_excerpts(items, max_chars))}\n\n"
         f"Today is {asked}. Question: {question.question}"
     )
-    return [{"role": "system", "content": load_prompt(ANSWER_PROMPT_VERSION)}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": ANSWER_PROMPT.template}, {"role": "user", "content": user}]
 
 
 def evidence_from(items: list[ContextItem], chosen: list[int], fallback: int = 3) -> list[Evidence]:
@@ -56,7 +57,7 @@ async def answer_fast(question: Question, deps: AnswerDeps) -> ModeResult:
     if not items:
         return ModeResult.abstain(Abstention.NO_MEMORY)
     reply = await deps.master.complete_json(
-        build_messages(question, items, settings.answer_context_chars), MasterAnswer,
+        build_messages(question, items, settings.answer_context_chars), ANSWER_PROMPT.schema,
         max_tokens=settings.llm_max_tokens,
     )
     return ModeResult(

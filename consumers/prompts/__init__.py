@@ -1,16 +1,11 @@
-"""Versioned prompts, each beside the pydantic schema of the output it asks for."""
+"""The answer side's prompts (Markdown files here), each registered beside the pydantic schema
+of the output it asks for."""
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
-
 from pydantic import BaseModel, ConfigDict, Field
 
-PROMPT_DIR = Path(__file__).resolve().parent
-ANSWER_PROMPT_VERSION = "answer_v1"
-ASSISTANT_PROMPT_VERSION = "assistant_v1"
-MASTER_PROMPT_VERSION = "master_v1"
+from epistream.prompts import load_prompt, register
 
 
 class MasterAnswer(BaseModel):
@@ -39,6 +34,15 @@ class AssistantReply(BaseModel):
     evidence: list[QuotedEvidence] = Field(default_factory=list, max_length=6)
 
 
-@cache
-def load_prompt(version: str) -> str:
-    return (PROMPT_DIR / f"{version}.md").read_text().strip()
+ANSWER_PROMPT = register(__name__, "answer", 1, MasterAnswer)  # `fast`: numbered excerpts in, one answer out
+MASTER_PROMPT = register(__name__, "master", 1, MasterAnswer)  # `deep`: the assistants' quotes in
+ASSISTANT_PROMPT = register(__name__, "assistant", 1, AssistantReply)  # one segment, one question
+# The agent's prompt (agent_v1.md) is registered in consumers.modes.agentic: its schema names the
+# tools, and the tools import the assistants, which import this package.
+
+# The evaluation baselines (bench/eval_baselines.py) read the `fast` prompt by these names.
+ANSWER_PROMPT_VERSION = ANSWER_PROMPT.version
+__all__ = [
+    "ANSWER_PROMPT", "ANSWER_PROMPT_VERSION", "ASSISTANT_PROMPT", "MASTER_PROMPT",
+    "AssistantReply", "MasterAnswer", "QuotedEvidence", "load_prompt",
+]

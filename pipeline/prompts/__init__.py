@@ -1,14 +1,10 @@
-"""Versioned enrichment prompts, each beside the pydantic schema of its output."""
+"""The indexer's prompts (Markdown files here), each registered beside the pydantic schema of its output."""
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
-
 from pydantic import BaseModel, ConfigDict, Field
 
-PROMPT_DIR = Path(__file__).resolve().parent
-ENRICH_PROMPT_VERSION = "enrich_v1"
+from epistream.prompts import register
 
 # Bounds keep a small model's grammar-constrained output within the completion
 # budget (EPISTREAM_EXTRACTOR_MAX_TOKENS): a reply cut short is invalid JSON.
@@ -47,6 +43,4 @@ class EnrichmentOut(BaseModel):
     facts: list[FactOut] = Field(min_length=1, max_length=8)
 
 
-@cache
-def load_prompt(version: str) -> str:
-    return (PROMPT_DIR / f"{version}.md").read_text().strip()
+ENRICH_PROMPT = register(__name__, "enrich", 1, EnrichmentOut)
