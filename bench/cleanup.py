@@ -15,8 +15,8 @@ from psycopg import sql
 
 from epistream.kafka_io import consumer_lag, delete_records, log_offsets
 from epistream.settings import Settings
-from pipeline.forget import ADD_TOMBSTONE, forget
-from pipeline.tombstones import WHOLE_TENANT
+from pipeline.store.forget import ADD_TOMBSTONE, forget
+from pipeline.store.tombstones import WHOLE_TENANT
 
 BENCH_PREFIX = "bench-"
 # Every table that holds a tenant column; memory.tombstones is left out on purpose (see forget_tenants).

@@ -628,7 +628,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
     finally:
         if not args.keep:
             try:
-                from pipeline.forget import forget
+                from pipeline.store.forget import forget
 
                 async with pool.connection() as conn:
                     gone = await forget(conn, tenant)

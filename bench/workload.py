@@ -24,7 +24,7 @@ from pathlib import Path
 from epistream.contracts import Turn
 from epistream.sources import load_locomo
 from pipeline.segmenter import SegmenterConfig, SegmenterState, close, estimate_tokens, feed
-from pipeline.segments import turn_line
+from pipeline.store.segments import turn_line
 
 from .produce import Record
 

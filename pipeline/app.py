@@ -19,12 +19,12 @@ from epistream.metrics import Metrics
 from epistream.resources import model_client
 from epistream.settings import Settings
 
-from . import segments
 from .enrich import STAGE as ENRICH_STAGE
 from .enrich import EnrichDeps, enrich_segment
 from .ingest import STAGE as INGEST_STAGE
 from .ingest import ingest_batch
 from .records import RawRecord
+from .store import segments
 
 log = logging.getLogger(__name__)
 

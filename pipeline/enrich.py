@@ -27,9 +27,9 @@ from epistream.names import normalize_name, normalize_predicate, resolve_speaker
 from epistream.prompts import fence, turn_line
 from epistream.settings import Settings
 
-from . import memory_store
 from .enrichment import Enrichment, FactRow, GistRow
 from .prompts import ENRICH_PROMPT, EnrichmentOut, FactOut, GistOut
+from .store import memory
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class EnrichOutcome:
     segment_id: str
     enriched: bool
     error: Exception | None = None
-    counts: memory_store.StoreCounts | None = None
+    counts: memory.StoreCounts | None = None
 
 
 async def enrich_segment(segment: Segment, deps: EnrichDeps) -> EnrichOutcome:
@@ -180,7 +180,7 @@ async def enrich_segment(segment: Segment, deps: EnrichDeps) -> EnrichOutcome:
     and returns the error for the caller to dead-letter."""
     started = time.perf_counter()
     async with deps.pool.connection() as conn:
-        skip = await memory_store.skip_reason(conn, segment, ENRICH_PROMPT.version)
+        skip = await memory.skip_reason(conn, segment, ENRICH_PROMPT.version)
     if skip is not None:
         # Spare the model: a forgotten conversation, or a redelivery of a segment already enriched.
         deps.metrics.segments_enriched.labels(skip).inc()
@@ -191,7 +191,7 @@ async def enrich_segment(segment: Segment, deps: EnrichDeps) -> EnrichOutcome:
         )
     except (ModelOutputError, ModelUnavailable) as exc:
         async with deps.pool.connection() as conn:
-            await memory_store.mark_failed(conn, segment, exc)
+            await memory.mark_failed(conn, segment, exc)
         deps.metrics.segments_enriched.labels("failed").inc()
         log.warning("enrichment of %s failed: %s", segment.segment_id, type(exc).__name__)
         return EnrichOutcome(segment.segment_id, False, exc)
@@ -199,7 +199,7 @@ async def enrich_segment(segment: Segment, deps: EnrichDeps) -> EnrichOutcome:
     texts = [enrichment.summary, *(g.text for g in enrichment.gists), *enrichment.entities.values()]
     vectors = await asyncio.to_thread(deps.embedder.embed, texts)
     async with deps.pool.connection() as conn:
-        counts = await memory_store.store_enrichment(
+        counts = await memory.store_enrichment(
             conn, segment, enrichment, vectors, settings=deps.settings, prompt_version=ENRICH_PROMPT.version
         )
     metrics = deps.metrics

@@ -1,4 +1,4 @@
-"""What one enrichment produces, as the rows memory_store writes: shared by the two, so
+"""What one enrichment produces, as the rows store.memory writes: shared by the two, so
 neither imports the other's module for a type."""
 
 from __future__ import annotations

@@ -26,11 +26,11 @@ from epistream.errors import ContractError
 from epistream.metrics import Metrics
 from epistream.retry import BLOCKING, retry
 
-from . import segments
 from .records import RawRecord
 from .segmenter import SegmenterConfig
-from .tombstones import is_forgotten, tombstones
-from .turns_store import upsert_turns
+from .store import segments
+from .store.tombstones import is_forgotten, tombstones
+from .store.turns import upsert_turns
 
 log = logging.getLogger(__name__)
 

@@ -155,7 +155,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    from pipeline.forget import forget
+    from pipeline.store.forget import forget
 
     from ..db import create_pool
 

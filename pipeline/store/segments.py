@@ -16,8 +16,8 @@ from psycopg.rows import dict_row
 from epistream.contracts import Segment, SegmentTurn, Turn
 from epistream.settings import Settings
 
-from .segmenter import ClosedSegment, OpenTurn, SegmenterConfig, SegmenterState, Step, close, estimate_tokens, feed
-from .turns_store import local_time
+from ..segmenter import ClosedSegment, OpenTurn, SegmenterConfig, SegmenterState, Step, close, estimate_tokens, feed
+from .turns import local_time
 
 LOCK_STATE = """
 INSERT INTO memory.segmenter_state (tenant, conversation_id) VALUES (%s, %s)

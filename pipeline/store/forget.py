@@ -10,7 +10,7 @@ from psycopg import AsyncConnection
 
 from epistream.db import tenant_scope
 
-from . import graph_store
+from . import graph
 from .tombstones import WHOLE_TENANT
 
 ADD_TOMBSTONE = """
@@ -43,16 +43,16 @@ DELETES = [
 ]
 REMAINING_ENTITIES = "SELECT entity_id FROM memory.entities WHERE tenant = %s"
 
-DELETE_FACT_EDGES = graph_store._statement(
+DELETE_FACT_EDGES = graph._statement(
     "MATCH ()-[f:FACT {tenant: $tenant}]->() WHERE f.segment_id IN $segment_ids DELETE f RETURN count(*)"
 )
-DELETE_GIST_EDGES = graph_store._statement(
+DELETE_GIST_EDGES = graph._statement(
     "MATCH (g:Gist {tenant: $tenant})-[r]-() WHERE g.segment_id IN $segment_ids DELETE r RETURN count(*)"
 )
-DELETE_GISTS = graph_store._statement(
+DELETE_GISTS = graph._statement(
     "MATCH (g:Gist {tenant: $tenant}) WHERE g.segment_id IN $segment_ids DELETE g RETURN count(*)"
 )
-DELETE_ORPHAN_ENTITIES = graph_store._statement(
+DELETE_ORPHAN_ENTITIES = graph._statement(
     "MATCH (e:Entity {tenant: $tenant}) WHERE NOT e.entity_id IN $keep DELETE e RETURN count(*)"
 )
 
@@ -74,16 +74,16 @@ async def forget(conn: AsyncConnection, tenant: str, conversation_id: str | None
         cur = await conn.execute(SEGMENTS_IN_SCOPE, params)
         segment_ids = [r[0] for r in await cur.fetchall()]
         graph = {"tenant": tenant, "segment_ids": segment_ids}
-        # Edges before vertices (see graph_store: DETACH DELETE under RLS crashes AGE 1.7).
+        # Edges before vertices (see store.graph: DETACH DELETE under RLS crashes AGE 1.7).
         removed = 0
         for statement in (DELETE_FACT_EDGES, DELETE_GIST_EDGES, DELETE_GISTS):
-            removed += _count(await graph_store.run(conn, statement, graph))
+            removed += _count(await graph.run(conn, statement, graph))
         for table, statement in DELETES:
             cur = await conn.execute(statement, params)
             rows[table] = cur.rowcount
         cur = await conn.execute(REMAINING_ENTITIES, (tenant,))
         keep = [r[0] for r in await cur.fetchall()]
-        removed += _count(await graph_store.run(conn, DELETE_ORPHAN_ENTITIES, {"tenant": tenant, "keep": keep}))
+        removed += _count(await graph.run(conn, DELETE_ORPHAN_ENTITIES, {"tenant": tenant, "keep": keep}))
     return Forgotten(tenant, conversation_id, rows, removed)
 
 

@@ -14,8 +14,8 @@ from epistream.db import tenant_scope
 from epistream.names import entity_id, normalize_name
 from epistream.settings import Settings
 
-from . import graph_store
-from .enrichment import Enrichment
+from ..enrichment import Enrichment
+from . import graph
 
 LOCK_SEGMENT = "SELECT 1 FROM memory.segments WHERE tenant = %s AND segment_id = %s FOR UPDATE"
 DELETE_FACTS = "DELETE FROM memory.facts WHERE tenant = %s AND segment_id = %s"
@@ -91,7 +91,7 @@ async def _entity(conn: AsyncConnection, segment: Segment, normalized: str, surf
         row = await cur.fetchone()
         assert row is not None
     ident = str(row[0])
-    await graph_store.run(conn, graph_store.MERGE_ENTITY, {"tenant": tenant, "entity_id": ident, "name": surface})
+    await graph.run(conn, graph.MERGE_ENTITY, {"tenant": tenant, "entity_id": ident, "name": surface})
     return ident
 
 
@@ -120,7 +120,7 @@ async def store_enrichment(
         cur = await conn.execute(LOCK_SEGMENT, (tenant, sid))
         if await cur.fetchone() is None:
             return None  # forgotten since it was closed: nothing to store
-        await graph_store.delete_segment(conn, tenant, sid)
+        await graph.delete_segment(conn, tenant, sid)
         await conn.execute(DELETE_FACTS, (tenant, sid))
         await conn.execute(DELETE_GISTS, (tenant, sid))
         ids = {
@@ -132,14 +132,14 @@ async def store_enrichment(
                 tenant, gist.gist_id, segment.conversation_id, sid, gist.ordinal, gist.text, gist.event_date,
                 gist.precision, list(gist.turn_ids), gist.said_at, vector,
             ))
-            await graph_store.run(conn, graph_store.CREATE_GIST, {
+            await graph.run(conn, graph.CREATE_GIST, {
                 "tenant": tenant, "gist_id": gist.gist_id, "segment_id": sid,
                 "conversation_id": segment.conversation_id, "text": gist.text,
                 "event_date": gist.event_date.isoformat(), "said_at": gist.said_at.isoformat(),
             })
             for name in enrichment.mentions.get(gist.gist_id, []):
                 await conn.execute(INSERT_MENTION, (tenant, gist.gist_id, ids[name]))
-                await graph_store.run(conn, graph_store.CREATE_MENTION, {
+                await graph.run(conn, graph.CREATE_MENTION, {
                     "tenant": tenant, "gist_id": gist.gist_id, "entity_id": ids[name], "segment_id": sid,
                 })
                 mentions += 1
@@ -148,7 +148,7 @@ async def store_enrichment(
             for other_id, similarity in await cur.fetchall():
                 if similarity <= settings.similar_threshold:
                     break
-                await graph_store.run(conn, graph_store.CREATE_SIMILAR, {
+                await graph.run(conn, graph.CREATE_SIMILAR, {
                     "tenant": tenant, "gist_id": gist.gist_id, "other_id": other_id,
                     "similarity": round(float(similarity), 4), "segment_id": sid,
                 })
@@ -159,7 +159,7 @@ async def store_enrichment(
                 tenant, fact.fact_id, segment.conversation_id, sid, fact.ordinal, subject_id, fact.predicate,
                 object_id, fact.point_in_time, fact.start_time, fact.end_time, list(fact.turn_ids), fact.said_at,
             ))
-            await graph_store.run(conn, graph_store.CREATE_FACT, {
+            await graph.run(conn, graph.CREATE_FACT, {
                 "tenant": tenant, "fact_id": fact.fact_id, "segment_id": sid, "subject_id": subject_id,
                 "object_id": object_id, "predicate": fact.predicate,
                 "point_in_time": _iso(fact.point_in_time), "start_time": _iso(fact.start_time),

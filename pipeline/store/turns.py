@@ -11,7 +11,7 @@ from psycopg.types.json import Jsonb
 
 from epistream.contracts import Turn
 
-from .records import RawRecord
+from ..records import RawRecord
 
 # Keyed by (tenant, conversation, turn): a replay or a duplicate produce is a
 # no-op; a corrected turn replaces the old version.
