@@ -520,8 +520,8 @@ def _stale_answer_worker(settings: Settings) -> dict[str, Any]:
 
 
 async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant: str) -> dict[str, Any]:
-    from epistream.db import create_pool, database_url
-    from epistream.embeddings import Embedder
+    from epistream.db import database_url
+    from epistream.resources import Resources
 
     samples = load_locomo(args.path, tenant=tenant, conversation_prefix=f"{tenant}-")
     if args.conversations is not None:
@@ -563,9 +563,8 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
         notes.append(f"{result['store']['unsegmented_turns']} turns were in no closed segment: the router saw them "
                      "as one 'open' segment per conversation, which inflates segment recall")
 
-    pool = create_pool(settings)
-    await pool.open(wait=True)
-    embedder = Embedder.from_settings(settings)
+    shared = await Resources.open(settings)
+    pool, embedder = shared.pool, shared.embedder
     try:
         print(f"\n2. router recall@{','.join(map(str, args.recall_k))} for {len(with_evidence)} questions "
               "with evidence", flush=True)
@@ -636,7 +635,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
                 print(f"\nforgot tenant {tenant}: " + ", ".join(f"{n} {t}" for t, n in gone.rows.items()), flush=True)
             except Exception as exc:  # cleanup must not hide the run's own error
                 log.warning("could not forget tenant %s: %s", tenant, exc)
-        await pool.close()
+        await shared.close()
     result["timings"] = timings
     result["notes"] = notes
     return result

@@ -14,12 +14,10 @@ import time
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from epistream.contracts import Question, decode
-from epistream.db import create_pool
-from epistream.embeddings import Embedder
 from epistream.errors import ContractError, EpistreamError
 from epistream.kafka_io import DeadLetterSend, consumer_lag, create_producer, dead_letter, worker_client_id
 from epistream.metrics import Metrics
-from epistream.resources import model_client
+from epistream.resources import Resources
 from epistream.retry import BLOCKING, retry
 from epistream.settings import Settings
 
@@ -74,17 +72,12 @@ def _dlq_sender(producer, topic: str) -> DeadLetterSend:  # type: ignore[no-unty
 
 async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     stop = stop or asyncio.Event()
-    metrics = Metrics.create()
-    pool = create_pool(settings)
-    await pool.open(wait=True)
-    embedder = Embedder.from_settings(settings)
-    master = model_client(settings, "master", metrics)
-    assistants = AssistantPool(
-        [model_client(settings, "assistant", metrics, base_url=url) for url in settings.assistant_urls],
-        concurrency=settings.assistant_concurrency, max_tokens=settings.assistant_max_tokens,
-    )
-    deps = AnswerDeps(settings=settings, pool=pool, embedder=embedder, master=master, metrics=metrics,
-                      assistants=assistants, recipes=from_settings(settings))
+    shared = await Resources.open(settings)
+    metrics = shared.metrics
+    assistants = AssistantPool(shared.assistants(), concurrency=settings.assistant_concurrency,
+                               max_tokens=settings.assistant_max_tokens)
+    deps = AnswerDeps(settings=settings, pool=shared.pool, embedder=shared.embedder, master=shared.model("master"),
+                      metrics=metrics, assistants=assistants, recipes=from_settings(settings))
     producer = create_producer(settings)
     consumer = AIOKafkaConsumer(
         settings.topic_questions,
@@ -112,7 +105,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         lag_task.cancel()
         await consumer.stop()
         await producer.stop()
-        await pool.close()
+        await shared.close()
 
 
 async def _report_lag(settings: Settings, metrics: Metrics, stop: asyncio.Event, every_s: float = 5.0) -> None:

@@ -1,11 +1,17 @@
-"""The composition root's parts: every process builds its model clients here, from its settings,
-so a role's endpoint, model, timeout, retries and restart wait are decided in one place.
-(The Postgres pool is `epistream.db.create_pool`; the Kafka producer `epistream.kafka_io.create_producer`.)"""
+"""The composition root: every process builds its shared clients here, from its settings, and
+passes them down. `Resources` opens the Postgres pool and the embedder and hands out model clients;
+`model_client` decides a role's endpoint, model, timeout, retries and restart wait in one place.
+(The Kafka producer is `epistream.kafka_io.create_producer`: Faust builds the indexer's own.)"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
+from psycopg_pool import AsyncConnectionPool
+
+from .db import create_pool
+from .embeddings import Embedder
 from .llm import ModelClient, create_client
 from .metrics import Metrics
 from .settings import JsonMode, Settings
@@ -36,3 +42,30 @@ def model_client(
         role=role, model=model or name, json_mode=json_mode or settings.llm_json_mode, metrics=metrics,
         max_retries=settings.llm_max_retries, restart_wait_s=settings.llm_restart_wait_s,
     )
+
+
+@dataclass
+class Resources:
+    """What a worker process shares between its stages: one pool, one embedder, one metrics registry.
+    Built once in the process's entry point (`open`), closed once at its end (`close`)."""
+
+    settings: Settings
+    metrics: Metrics
+    pool: AsyncConnectionPool
+    embedder: Embedder
+
+    @classmethod
+    async def open(cls, settings: Settings, metrics: Metrics | None = None) -> Resources:
+        pool = create_pool(settings)
+        await pool.open(wait=True)
+        return cls(settings, metrics or Metrics.create(), pool, Embedder.from_settings(settings))
+
+    def model(self, role: Role, **overrides: object) -> ModelClient:
+        return model_client(self.settings, role, self.metrics, **overrides)  # type: ignore[arg-type]
+
+    def assistants(self) -> list[ModelClient]:
+        """One client per assistant endpoint (the LLM endpoint when none is configured)."""
+        return [self.model("assistant", base_url=url) for url in self.settings.assistant_urls]
+
+    async def close(self) -> None:
+        await self.pool.close()

@@ -11,12 +11,12 @@ from mode import Service
 from psycopg_pool import AsyncConnectionPool
 
 from epistream.contracts import Segment, SegmentCloseRequest, decode
-from epistream.db import create_pool, tenant_scope
+from epistream.db import tenant_scope
 from epistream.embeddings import Embedder
 from epistream.errors import ContractError
 from epistream.kafka_io import consumer_lag, dead_letter, worker_client_id
 from epistream.metrics import Metrics
-from epistream.resources import model_client
+from epistream.resources import Resources
 from epistream.settings import Settings
 
 from .enrich import STAGE as ENRICH_STAGE
@@ -33,27 +33,36 @@ OUTBOX_GRACE_S = 30.0
 
 
 class IndexerResources(Service):
-    """The Postgres pool, the embedder, the extractor model and the metrics
-    endpoint, opened before the agents run."""
+    """The process's shared clients (:class:`epistream.resources.Resources`: pool, embedder), the
+    extractor model and the metrics endpoint, opened before the agents run (a Faust dependency)."""
 
     def __init__(self, settings: Settings, metrics: Metrics, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.settings = settings
         self.metrics = metrics
-        self.pool: AsyncConnectionPool = create_pool(settings)
+        self.shared: Resources | None = None
         self._enrich: EnrichDeps | None = None
-        self.embedder: Embedder | None = None
 
     async def on_start(self) -> None:
-        await self.pool.open(wait=True)
-        self.embedder = Embedder.from_settings(self.settings)
-        extractor = model_client(self.settings, "extractor", self.metrics)
-        self._enrich = EnrichDeps(self.settings, self.pool, self.embedder, extractor, self.metrics)
+        self.shared = await Resources.open(self.settings, self.metrics)
+        self._enrich = EnrichDeps(self.settings, self.shared.pool, self.shared.embedder,
+                                  self.shared.model("extractor"), self.metrics)
         self.metrics.serve(self.settings.ingest_metrics_port, host=self.settings.metrics_host)
         log.info("indexer resources ready; metrics on :%d", self.settings.ingest_metrics_port)
 
     async def on_stop(self) -> None:
-        await self.pool.close()
+        if self.shared is not None:
+            await self.shared.close()
+
+    @property
+    def pool(self) -> AsyncConnectionPool:
+        assert self.shared is not None, "resources not started"
+        return self.shared.pool
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """None until started (the housekeeping timer may tick before)."""
+        return self.shared.embedder if self.shared is not None else None
 
     @property
     def enrich(self) -> EnrichDeps:
