@@ -73,11 +73,11 @@ async def forget(conn: AsyncConnection, tenant: str, conversation_id: str | None
         await conn.execute(ADD_TOMBSTONE, (tenant, conversation_id or WHOLE_TENANT))
         cur = await conn.execute(SEGMENTS_IN_SCOPE, params)
         segment_ids = [r[0] for r in await cur.fetchall()]
-        graph = {"tenant": tenant, "segment_ids": segment_ids}
+        in_graph = {"tenant": tenant, "segment_ids": segment_ids}
         # Edges before vertices (see store.graph: DETACH DELETE under RLS crashes AGE 1.7).
         removed = 0
         for statement in (DELETE_FACT_EDGES, DELETE_GIST_EDGES, DELETE_GISTS):
-            removed += _count(await graph.run(conn, statement, graph))
+            removed += _count(await graph.run(conn, statement, in_graph))
         for table, statement in DELETES:
             cur = await conn.execute(statement, params)
             rows[table] = cur.rowcount
