@@ -30,7 +30,7 @@ from .helpers import make_turns, produce_turns
 
 pytestmark = pytest.mark.integration
 
-METRICS_PORT = 29113
+METRICS_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) + 10  # beside the test stack's ports
 POISON = "POISONED-SEGMENT"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ pytestmark = [
     ),
 ]
 
-PORT = 29090
+PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) - 13  # beside the test stack's ports
 ALERTS = Path(prometheus_server.RULES_FILE)
 
 
