@@ -3,6 +3,7 @@
     EpistreamError
     ├── RetryableError            try again later: timeouts, 429/5xx, serialization failures
     │   └── ModelUnavailable      the model endpoint did not answer usably
+    │       └── ModelRejected     it answered, refusing the request (a 4xx): not an outage
     └── PermanentError            the same input will fail the same way: dead-letter it
         ├── ContractError         a message does not match its topic's contract
         └── ModelOutputError      the model's output failed its JSON schema after retries
@@ -19,6 +20,11 @@ class RetryableError(EpistreamError):
 
 class ModelUnavailable(RetryableError):
     pass
+
+
+class ModelRejected(ModelUnavailable):
+    """The server is up but refused this request (400 and other 4xx but 429): the same request fails
+    the same way, so it does not pause a caller that waits out outages (the enrichment breaker)."""
 
 
 class PermanentError(EpistreamError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -17,7 +18,7 @@ from urllib.parse import urlsplit
 import openai
 from pydantic import BaseModel, ValidationError
 
-from .errors import ModelOutputError, ModelUnavailable, is_transient
+from .errors import ModelOutputError, ModelRejected, ModelUnavailable, is_transient
 from .metrics import Metrics
 from .retry import Backoff, retry
 from .settings import JsonMode, Settings
@@ -25,6 +26,26 @@ from .settings import JsonMode, Settings
 log = logging.getLogger(__name__)
 
 T = TypeVar("T", bound=BaseModel)
+
+# What PostgreSQL text (and UTF-8) cannot hold: NUL, and the lone surrogates a JSON "\ud800" escape yields.
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """Model text as data PostgreSQL can store: the characters it cannot hold are removed
+    (model output only: user text is stored verbatim or rejected at ingest)."""
+    return _UNSTORABLE.sub("", text)
+
+
+def _as_data(value: Any) -> Any:
+    """Parsed model JSON with `storable` strings, keys included: the output is data, whatever it holds."""
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, list):
+        return [_as_data(v) for v in value]
+    if isinstance(value, dict):
+        return {storable(k): _as_data(v) for k, v in value.items()}
+    return value
 
 
 @dataclass(frozen=True)
@@ -134,7 +155,7 @@ class ModelClient:
                 time.perf_counter() - started)
             if not is_transient(exc):
                 self._metrics.model_requests.labels(self.role, self.endpoint_label, "failed").inc()
-                raise ModelUnavailable(f"{self.role} model call failed: {type(exc).__name__}: {exc}") from exc
+                raise ModelRejected(f"{self.role} model call failed: {type(exc).__name__}: {exc}") from exc
             self._metrics.model_requests.labels(self.role, self.endpoint_label, "retry").inc()
             log.warning("%s model call attempt %d failed: %s", self.role, attempt, type(exc).__name__)
             self._last_transient = exc
@@ -177,7 +198,7 @@ class ModelClient:
             content = (response.choices[0].message.content or "") if response.choices else ""
             try:
                 # strict=False: raw newlines inside strings are harmless in data.
-                value = schema_model.model_validate(json.loads(content, strict=False))
+                value = schema_model.model_validate(_as_data(json.loads(content, strict=False)))
             except (json.JSONDecodeError, ValidationError) as exc:
                 last_error = exc
                 self._metrics.model_requests.labels(self.role, self.endpoint_label, "invalid_output").inc()

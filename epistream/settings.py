@@ -156,6 +156,10 @@ class SegmentSettings(BaseSettings):
     segment_idle_s: float = Field(300.0, description="Close a conversation's open segment after this idle time.")
     segment_check_every_s: float = Field(5.0, description="How often idle segments and the outbox are checked.")
     enrich_concurrency: int = Field(1, description="Segments enriched at once per worker.")
+    enrich_retry_every_s: float = Field(
+        5.0, description="During a model outage: first pause before a probe call, and how often waiting segments are retried."
+    )
+    enrich_pause_max_s: float = Field(300.0, description="Longest pause between probe calls while the model stays down.")
     similar_threshold: float = Field(0.8, description="Cosine similarity above which gists get SIMILAR edges.")
     entity_merge_threshold: float = Field(0.92, description="Name-embedding similarity that merges two entities.")
 
@@ -201,6 +205,8 @@ class WorkerSettings(BaseSettings):
     ingest_batch_within_s: float = Field(0.2, description="Longest wait to fill a batch.")
     metrics_host: str = Field("127.0.0.1", description="Address /metrics binds to (0.0.0.0 in containers).")
     ingest_metrics_port: int = 9101
+    enrich_group: str = Field("epistream-enrich", description="Faust app id (consumer group) of the enrich worker.")
+    enrich_metrics_port: int = 9104
     answer_metrics_port: int = 9102
     answer_group: str = Field("epistream-answer", description="Consumer group of the answer workers.")
 

@@ -2,8 +2,16 @@
 repair of what the model returned (dates, speakers, ids) before it is stored.
 
 `postprocess` is pure and is what the unit tests exercise; `enrich_segment`
-adds the model call, the embeddings and the store, and decides what is
-dead-lettered.
+adds the model call, the embeddings and the store, and decides what happens to
+a segment that cannot be enriched now:
+
+- the model is unavailable (refused, timed out, 5xx after the client's retries):
+  the segment *waits* and the breaker pauses the calls; `retry_waiting` enriches
+  the waiting segments from the store once a probe call finds the model back;
+- a transient database error: the step is retried until it works;
+- anything else (output that keeps failing validation, a request the model
+  rejects, an error storing this segment): the segment *fails* with its reason
+  and the caller dead-letters it. Never a segment left silently pending.
 """
 
 from __future__ import annotations
@@ -12,34 +20,52 @@ import asyncio
 import logging
 import re
 import time
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from typing import Any, TypeVar
 
 from psycopg_pool import AsyncConnectionPool
 
 from epistream.contracts import Segment, SegmentTurn
 from epistream.dates import RELATIVE_PATTERN, ResolvedDate, gist_sentence, leading_date, resolve
+from epistream.db import tenant_scope
 from epistream.embeddings import Embedder
-from epistream.errors import ModelOutputError, ModelUnavailable
+from epistream.errors import ModelOutputError, ModelRejected, ModelUnavailable, is_transient
 from epistream.llm import ModelClient
 from epistream.metrics import Metrics
 from epistream.names import normalize_name, normalize_predicate, resolve_speaker
 from epistream.prompts import fence, turn_line
+from epistream.retry import BLOCKING, retry
 from epistream.settings import Settings
 
+from .breaker import CircuitBreaker
 from .enrichment import Enrichment, FactRow, GistRow
+from .prompt_fit import Fitted, fit_turns, prompt_budget_chars
 from .prompts import ENRICH_PROMPT, EnrichmentOut, FactOut, GistOut
-from .store import memory
+from .store import memory, segments
 
 log = logging.getLogger(__name__)
 
 STAGE = "enrich"
 _WORD = re.compile(r"\w+", re.UNICODE)
+T = TypeVar("T")
 
 
 def build_messages(segment: Segment) -> list[dict[str, str]]:
     user = fence("segment", "\n".join(turn_line(t) for t in segment.turns))
     return [{"role": "system", "content": ENRICH_PROMPT.template}, {"role": "user", "content": user}]
+
+
+def fit_segment(segment: Segment, settings: Settings) -> Fitted:
+    """The segment's turns cut to what the extractor's context holds beside the instructions and
+    the completion budget (`model_ctx`, `extractor_max_tokens`)."""
+    framing = ENRICH_PROMPT.template + fence("segment", "")
+    budget = prompt_budget_chars(context_tokens=settings.model_ctx, completion_tokens=settings.extractor_max_tokens,
+                                 fixed_text=framing)
+    # Each line's own characters: its time, weekday, id and speaker (turn_line of an empty text), and a newline.
+    overhead = max((len(turn_line(t.model_copy(update={"text": ""}))) + 1 for t in segment.turns), default=0)
+    return fit_turns(segment.turns, budget, line_overhead=overhead)
 
 
 def _words(text: str) -> set[str]:
@@ -164,6 +190,8 @@ class EnrichDeps:
     embedder: Embedder
     extractor: ModelClient
     metrics: Metrics
+    #: One per worker process: shared by its enrich actors and its retry timer.
+    breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
 
 
 @dataclass(frozen=True)
@@ -172,44 +200,128 @@ class EnrichOutcome:
     enriched: bool
     error: Exception | None = None
     counts: memory.StoreCounts | None = None
+    #: enriched, done (already), forgotten, waiting (for the model), failed (dead-letter `error`)
+    status: str = "enriched"
+    #: characters of turn text cut to fit the model's context
+    truncated_chars: int = 0
+
+
+async def _db(operation: Callable[[], Awaitable[T]], what: str) -> T:
+    """A database step, retried while its error is transient (a restart, a lost deadlock): nothing was
+    written, and the event stays unacknowledged meanwhile."""
+    def waiting(exc: BaseException, attempt: int, delay: float) -> None:
+        log.warning("%s: %s (attempt %d), retrying in %.1fs", what, type(exc).__name__, attempt, delay)
+
+    return await retry(operation, backoff=BLOCKING, retry_on=is_transient, on_retry=waiting)
+
+
+async def _with_conn(deps: EnrichDeps, step: Callable[[Any], Awaitable[T]]) -> T:
+    async with deps.pool.connection() as conn:
+        return await step(conn)
+
+
+async def _fail(segment: Segment, deps: EnrichDeps, exc: Exception) -> EnrichOutcome:
+    await _db(lambda: _with_conn(deps, lambda conn: memory.mark_failed(conn, segment, exc)), "marking failed")
+    deps.metrics.segments_enriched.labels("failed").inc()
+    log.warning("enrichment of %s failed: %s: %s", segment.segment_id, type(exc).__name__, str(exc)[:200])
+    return EnrichOutcome(segment.segment_id, False, exc, status="failed")
+
+
+async def _wait(segment: Segment, deps: EnrichDeps, exc: Exception, *, called: bool) -> EnrichOutcome:
+    await _db(lambda: _with_conn(deps, lambda conn: memory.mark_waiting(conn, segment, exc, called=called)),
+              "marking waiting")
+    deps.metrics.segments_enriched.labels("waiting").inc()
+    log.warning("enrichment of %s waits for the model: %s", segment.segment_id, str(exc)[:200])
+    return EnrichOutcome(segment.segment_id, False, status="waiting")
+
+
+async def _call_model(segment: Segment, deps: EnrichDeps, fitted: Fitted) -> Any:
+    """The model's reply; or the outcome when it gave none usable (waiting, failed)."""
+    breaker = deps.breaker
+    if not breaker.acquire():  # paused: spare a model that was just found down
+        return await _wait(segment, deps, ModelUnavailable("paused: the model was unavailable"), called=False)
+    try:
+        reply = await deps.extractor.complete_json(
+            build_messages(segment.model_copy(update={"turns": fitted.turns})), ENRICH_PROMPT.schema,
+            max_tokens=deps.settings.extractor_max_tokens,
+        )
+    except (ModelOutputError, ModelRejected) as exc:  # it answered: up, but this segment fails
+        breaker.succeeded()
+        return await _fail(segment, deps, exc)
+    except ModelUnavailable as exc:
+        breaker.failed()
+        return await _wait(segment, deps, exc, called=True)
+    except BaseException:
+        breaker.abandoned()
+        raise
+    breaker.succeeded()
+    return reply
 
 
 async def enrich_segment(segment: Segment, deps: EnrichDeps) -> EnrichOutcome:
-    """Enrich and store one segment. A model that keeps failing or keeps
-    returning invalid output marks the segment failed (its turns stay searchable)
-    and returns the error for the caller to dead-letter."""
+    """Enrich and store one segment (see the module's docstring for what happens when it cannot)."""
     started = time.perf_counter()
-    async with deps.pool.connection() as conn:
-        skip = await memory.skip_reason(conn, segment, ENRICH_PROMPT.version)
+    skip = await _db(lambda: _with_conn(deps, lambda conn: memory.skip_reason(conn, segment, ENRICH_PROMPT.version)),
+                     "checking the segment")
     if skip is not None:
         # Spare the model: a forgotten conversation, or a redelivery of a segment already enriched.
         deps.metrics.segments_enriched.labels(skip).inc()
-        return EnrichOutcome(segment.segment_id, skip == "done")
+        return EnrichOutcome(segment.segment_id, skip == "done", status=skip)
+    fitted = fit_segment(segment, deps.settings)
+    if fitted.truncated_chars:
+        log.warning("segment %s cut to the model's context: %d characters of turns %s left out of the prompt",
+                    segment.segment_id, fitted.truncated_chars, ", ".join(fitted.truncated_turns))
+    reply = await _call_model(segment, deps, fitted)
+    if isinstance(reply, EnrichOutcome):
+        return reply
     try:
-        reply = await deps.extractor.complete_json(
-            build_messages(segment), ENRICH_PROMPT.schema, max_tokens=deps.settings.extractor_max_tokens
-        )
-    except (ModelOutputError, ModelUnavailable) as exc:
-        async with deps.pool.connection() as conn:
-            await memory.mark_failed(conn, segment, exc)
-        deps.metrics.segments_enriched.labels("failed").inc()
-        log.warning("enrichment of %s failed: %s", segment.segment_id, type(exc).__name__)
-        return EnrichOutcome(segment.segment_id, False, exc)
-    enrichment = postprocess(segment, reply.value)
-    texts = [enrichment.summary, *(g.text for g in enrichment.gists), *enrichment.entities.values()]
-    vectors = await asyncio.to_thread(deps.embedder.embed, texts)
-    async with deps.pool.connection() as conn:
-        counts = await memory.store_enrichment(
-            conn, segment, enrichment, vectors, settings=deps.settings, prompt_version=ENRICH_PROMPT.version
-        )
+        enrichment = postprocess(segment, reply.value)
+        texts = [enrichment.summary, *(g.text for g in enrichment.gists), *enrichment.entities.values()]
+        vectors = await asyncio.to_thread(deps.embedder.embed, texts)
+        counts = await _db(lambda: _with_conn(deps, lambda conn: memory.store_enrichment(
+            conn, segment, enrichment, vectors, settings=deps.settings, prompt_version=ENRICH_PROMPT.version,
+        )), "storing the enrichment")
+    except Exception as exc:  # not transient (those were retried): this segment cannot be stored as it is
+        return await _fail(segment, deps, exc)
     metrics = deps.metrics
     if counts is None:
         metrics.segments_enriched.labels("forgotten").inc()
-        return EnrichOutcome(segment.segment_id, False)
+        return EnrichOutcome(segment.segment_id, False, status="forgotten")
     metrics.segments_enriched.labels("enriched").inc()
     metrics.enrich_seconds.observe(time.perf_counter() - started)
     for kind, n in (("gist", counts.gists), ("fact", counts.facts), ("mention", counts.mentions)):
         metrics.memory_items.labels(kind).inc(n)
     if segment.produced_at is not None:
         metrics.produce_to_facts_seconds.observe(max(0.0, (datetime.now(UTC) - segment.produced_at).total_seconds()))
-    return EnrichOutcome(segment.segment_id, True, counts=counts)
+    return EnrichOutcome(segment.segment_id, True, counts=counts, truncated_chars=fitted.truncated_chars)
+
+
+#: Told of a segment retried from the store that failed: the caller dead-letters it.
+OnFailed = Callable[[Segment, EnrichOutcome], Awaitable[None]]
+
+
+async def retry_waiting(deps: EnrichDeps, *, limit: int = 20, on_failed: OnFailed | None = None) -> list[EnrichOutcome]:
+    """Enrich segments waiting for the model, oldest first, while the breaker lets calls through
+    (the first call after a pause is its probe); stops as soon as the model is found down again."""
+    if not deps.breaker.allows_call():
+        return []
+    waiting = await _db(lambda: _with_conn(deps, lambda conn: memory.waiting_segments(conn, limit)),
+                        "listing waiting segments")
+    outcomes: list[EnrichOutcome] = []
+    for tenant, sid in waiting:
+        if not deps.breaker.allows_call():
+            break
+        segment = await _db(lambda tenant=tenant, sid=sid: _with_conn(deps, lambda conn: _load(conn, tenant, sid)),
+                            "loading a waiting segment")
+        if segment is None:
+            continue  # forgotten since
+        outcome = await enrich_segment(segment, deps)
+        outcomes.append(outcome)
+        if outcome.status == "failed" and on_failed is not None:
+            await on_failed(segment, outcome)
+    return outcomes
+
+
+async def _load(conn: Any, tenant: str, sid: str) -> Segment | None:
+    async with tenant_scope(conn, tenant):
+        return await segments.load_segment(conn, tenant, sid)

@@ -11,6 +11,7 @@ from psycopg import AsyncConnection
 
 from epistream.contracts import Segment
 from epistream.db import tenant_scope
+from epistream.llm import storable
 from epistream.names import entity_id, normalize_name
 from epistream.settings import Settings
 
@@ -59,6 +60,11 @@ MARK_FAILED = """
 UPDATE memory.segments SET status = 'failed', attempts = attempts + 1, error = %s
 WHERE tenant = %s AND segment_id = %s AND status <> 'enriched'
 """
+MARK_WAITING = """
+UPDATE memory.segments SET status = 'waiting', attempts = attempts + %s, error = %s
+WHERE tenant = %s AND segment_id = %s AND status <> 'enriched'
+"""
+WAITING = "SELECT tenant, segment_id FROM memory.waiting_segments(%s)"
 SEGMENT_STATUS = "SELECT status, prompt_version FROM memory.segments WHERE tenant = %s AND segment_id = %s"
 SIMILAR_CANDIDATES = 10
 
@@ -123,9 +129,12 @@ async def store_enrichment(
         await graph.delete_segment(conn, tenant, sid)
         await conn.execute(DELETE_FACTS, (tenant, sid))
         await conn.execute(DELETE_GISTS, (tenant, sid))
+        # In name order, not the model's: two enrichments of one tenant then lock entity rows in the
+        # same order and cannot deadlock.
         ids = {
-            name: await _entity(conn, segment, name, surface, entity_vectors[name], settings.entity_merge_threshold)
-            for name, surface in enrichment.entities.items()
+            name: await _entity(conn, segment, name, enrichment.entities[name], entity_vectors[name],
+                                settings.entity_merge_threshold)
+            for name in sorted(enrichment.entities)
         }
         for gist, vector in zip(enrichment.gists, gist_vectors, strict=True):
             await conn.execute(INSERT_GIST, (
@@ -173,7 +182,23 @@ def _iso(value) -> str | None:  # type: ignore[no-untyped-def]
     return None if value is None else value.isoformat()
 
 
-async def mark_failed(conn: AsyncConnection, segment: Segment, error: Exception) -> None:
+def _reason(error: BaseException) -> str:
+    # An error's text can quote model output: stored as data, like the output itself.
+    return storable(f"{type(error).__name__}: {str(error)[:500]}")
+
+
+async def mark_failed(conn: AsyncConnection, segment: Segment, error: BaseException) -> None:
     async with tenant_scope(conn, segment.tenant):
-        await conn.execute(MARK_FAILED, (f"{type(error).__name__}: {str(error)[:500]}", segment.tenant,
-                                         segment.segment_id))
+        await conn.execute(MARK_FAILED, (_reason(error), segment.tenant, segment.segment_id))
+
+
+async def mark_waiting(conn: AsyncConnection, segment: Segment, error: BaseException, *, called: bool) -> None:
+    """The model was unavailable (`called`) or the breaker is open: the segment waits for a retry."""
+    async with tenant_scope(conn, segment.tenant):
+        await conn.execute(MARK_WAITING, (int(called), _reason(error), segment.tenant, segment.segment_id))
+
+
+async def waiting_segments(conn: AsyncConnection, limit: int) -> list[tuple[str, str]]:
+    """(tenant, segment_id) of segments waiting for the model, oldest first, across tenants."""
+    cur = await conn.execute(WAITING, (limit,))
+    return [(str(t), str(s)) for t, s in await cur.fetchall()]
