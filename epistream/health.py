@@ -37,7 +37,7 @@ from .llm import create_client, endpoint_name, response_format
 from .metrics import read_samples
 from .settings import Settings
 
-WORKERS = ("ingest", "answer")
+WORKERS = ("ingest", "enrich", "answer")
 
 
 class Health(StrEnum):
@@ -66,11 +66,12 @@ class _ProbeReply(BaseModel):
 
 
 def worker_group(settings: Settings, worker: str) -> str:
-    return {"ingest": settings.indexer_group, "answer": settings.answer_group}[worker]
+    return {"ingest": settings.indexer_group, "enrich": settings.enrich_group, "answer": settings.answer_group}[worker]
 
 
 def worker_metrics_url(settings: Settings, worker: str) -> str:
-    port = {"ingest": settings.ingest_metrics_port, "answer": settings.answer_metrics_port}[worker]
+    port = {"ingest": settings.ingest_metrics_port, "enrich": settings.enrich_metrics_port,
+            "answer": settings.answer_metrics_port}[worker]
     host = "127.0.0.1" if settings.metrics_host in ("0.0.0.0", "") else settings.metrics_host
     return f"http://{host}:{port}/metrics"
 

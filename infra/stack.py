@@ -20,7 +20,8 @@ from .service import ServiceSpec
 
 
 def worker_port(settings: Settings, worker: str) -> int:
-    return {"ingest": settings.ingest_metrics_port, "answer": settings.answer_metrics_port}[worker]
+    return {"ingest": settings.ingest_metrics_port, "enrich": settings.enrich_metrics_port,
+            "answer": settings.answer_metrics_port}[worker]
 
 
 def service_specs(settings: Settings) -> list[ServiceSpec]:

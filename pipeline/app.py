@@ -1,5 +1,6 @@
-"""The Faust app of the indexer: topics, resources, the ingest and enrich agents,
-and the housekeeping timer (idle segments, the segment outbox)."""
+"""The Faust app of the indexer: topics, resources, the ingest agent, and the
+housekeeping timer (idle segments, the segment outbox). Enrichment runs in its
+own worker (pipeline.enrich_app), so ingest never waits on the model."""
 
 from __future__ import annotations
 
@@ -10,17 +11,14 @@ import faust
 from mode import Service
 from psycopg_pool import AsyncConnectionPool
 
-from epistream.contracts import Segment, SegmentCloseRequest, decode
+from epistream.contracts import SegmentCloseRequest
 from epistream.db import tenant_scope
 from epistream.embeddings import Embedder
-from epistream.errors import ContractError
 from epistream.kafka_io import consumer_lag, dead_letter, worker_client_id
 from epistream.metrics import Metrics
 from epistream.resources import Resources
 from epistream.settings import Settings
 
-from .enrich import STAGE as ENRICH_STAGE
-from .enrich import EnrichDeps, enrich_segment
 from .ingest import STAGE as INGEST_STAGE
 from .ingest import ingest_batch
 from .records import RawRecord
@@ -33,20 +31,17 @@ OUTBOX_GRACE_S = 30.0
 
 
 class IndexerResources(Service):
-    """The process's shared clients (:class:`epistream.resources.Resources`: pool, embedder), the
-    extractor model and the metrics endpoint, opened before the agents run (a Faust dependency)."""
+    """The process's shared clients (:class:`epistream.resources.Resources`: pool, embedder) and
+    the metrics endpoint, opened before the agents run (a Faust dependency)."""
 
     def __init__(self, settings: Settings, metrics: Metrics, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.settings = settings
         self.metrics = metrics
         self.shared: Resources | None = None
-        self._enrich: EnrichDeps | None = None
 
     async def on_start(self) -> None:
         self.shared = await Resources.open(self.settings, self.metrics)
-        self._enrich = EnrichDeps(self.settings, self.shared.pool, self.shared.embedder,
-                                  self.shared.model("extractor"), self.metrics)
         self.metrics.serve(self.settings.ingest_metrics_port, host=self.settings.metrics_host)
         log.info("indexer resources ready; metrics on :%d", self.settings.ingest_metrics_port)
 
@@ -64,11 +59,6 @@ class IndexerResources(Service):
         """None until started (the housekeeping timer may tick before)."""
         return self.shared.embedder if self.shared is not None else None
 
-    @property
-    def enrich(self) -> EnrichDeps:
-        assert self._enrich is not None, "resources not started"
-        return self._enrich
-
 
 def create_app(settings: Settings, metrics: Metrics) -> faust.App:
     app = faust.App(
@@ -82,8 +72,6 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         producer_acks=-1,
         topic_allow_declare=False,  # topics are created up front with their partition counts
         topic_disable_leader=True,  # no leader-only timers: housekeeping is idempotent on every worker
-        # Enrichment holds an event for a whole model call.
-        broker_max_poll_interval=900.0,
     )
     resources = IndexerResources(settings, metrics, loop=app.loop)
     app.add_dependency(resources)
@@ -121,20 +109,6 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
             if result.closed_segments:
                 await publish(result.closed_segments)
 
-    @app.agent(segments_topic, name="enrich", concurrency=settings.enrich_concurrency)
-    async def enrich(stream):  # type: ignore[no-untyped-def]
-        async for event in stream.events():
-            record = _record(event)
-            try:
-                segment = decode(record.value, Segment, what="memory.segments event")
-            except ContractError as exc:
-                await dead_letter(send_dead, metrics, record, stage=ENRICH_STAGE, error=exc)
-                continue
-            outcome = await enrich_segment(segment, resources.enrich)
-            if outcome.error is not None:
-                await dead_letter(send_dead, metrics, record, stage=ENRICH_STAGE, error=outcome.error,
-                                  attempts=settings.llm_max_retries + 1)
-
     @app.timer(interval=settings.segment_check_every_s)
     async def housekeeping() -> None:
         if resources.embedder is None:
@@ -155,7 +129,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
 
     async def _report_lag() -> None:
         try:
-            lag = await consumer_lag(settings, settings.indexer_group, [settings.topic_turns, settings.topic_segments])
+            lag = await consumer_lag(settings, settings.indexer_group, [settings.topic_turns])
         except Exception as exc:  # lag is best-effort telemetry, never a reason to stop indexing
             log.debug("consumer lag unavailable: %s", exc)
             return

@@ -147,6 +147,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
         from pipeline.app import run_worker as run_ingest
 
         run_ingest(settings)
+    elif args.name == "enrich":
+        from pipeline.enrich_app import run_worker as run_enrich
+
+        run_enrich(settings)
     else:
         from consumers.worker import run_worker as run_answer
 
@@ -218,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
                    ).set_defaults(func=cmd_status)
     p = sub.add_parser("health", help="run the health probes only (exit 1 if one fails): container health checks")
     p.add_argument("services", nargs="*",
-                   help="kafka, postgres, model-server, embedder, worker-ingest, worker-answer (default: all)")
+                   help="kafka, postgres, model-server, embedder, worker-ingest, worker-enrich, worker-answer (default: all)")
     p.set_defaults(func=cmd_health)
 
     p = sub.add_parser("produce", help="stream turns from a JSONL or LoCoMo file to memory.turns")
@@ -243,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("worker", help="run one worker in the foreground")
-    p.add_argument("name", choices=["ingest", "answer"])
+    p.add_argument("name", choices=["ingest", "enrich", "answer"])
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("forget", help="delete a conversation (or a whole tenant) and everything derived from it")

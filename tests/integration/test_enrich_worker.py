@@ -1,6 +1,7 @@
-"""The whole slow path through a real indexer worker process: turns on Kafka ->
+"""The whole slow path through real worker processes (ingest, then enrich): turns on Kafka ->
 segment closed when idle -> memory.segments -> enrichment -> rows and graph,
-or -> memory.dlq when the model keeps answering nonsense.
+or -> memory.dlq when the model keeps answering nonsense; a model server that refuses
+connections for a while loses nothing (the segments wait, then are enriched).
 
 The worker runs on its own topics and consumer group, with its extractor
 pointed at a scripted OpenAI-compatible server, so the output is exact."""
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.integration
 
 METRICS_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) + 10  # beside the test stack's ports
 POISON = "POISONED-SEGMENT"
+OUTAGE = "OUTAGE-CONVERSATION"
 
 
 def _script(body: dict) -> tuple[int, str]:
@@ -47,10 +49,11 @@ def _script(body: dict) -> tuple[int, str]:
     })
 
 
-@dataclass(frozen=True)
+@dataclass
 class Scripted:
     settings: Settings
     db_url: str
+    server: ScriptedLLM
 
 
 @pytest.fixture(scope="module")
@@ -60,26 +63,35 @@ def scripted_worker(kafka):
     stack = kafka
     suffix = uuid.uuid4().hex[:8]
     url = own_database(stack, f"scripted_{suffix}")
-    with ScriptedLLM(_script) as server:
-        overrides = {
-            "database_url": url,
-            "topic_turns": f"scripted-{suffix}.turns", "topic_segments": f"scripted-{suffix}.segments",
-            "topic_questions": f"scripted-{suffix}.questions", "topic_answers": f"scripted-{suffix}.answers",
-            "topic_dlq": f"scripted-{suffix}.dlq", "indexer_group": f"scripted-{suffix}",
-            "ingest_metrics_port": METRICS_PORT, "extractor_base_url": server.base_url, "llm_max_retries": 1,
-        }
-        settings = stack.with_overrides(**(overrides | {"database_url": SecretStr(url)}))
-        asyncio.run(ensure_topics(settings))
-        env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": str(v) for k, v in overrides.items()}
-        process = ManagedProcess(f"worker-scripted-{suffix}", stack.state_dir)
-        process.spawn([sys.executable, "-m", "epistream.shell.cli", "worker", "ingest"], env=env)
-        try:
-            wait_until(lambda: port_open("127.0.0.1", METRICS_PORT), timeout=60, what="scripted worker",
+    server = ScriptedLLM(_script).__enter__()
+    overrides = {
+        "database_url": url,
+        "topic_turns": f"scripted-{suffix}.turns", "topic_segments": f"scripted-{suffix}.segments",
+        "topic_questions": f"scripted-{suffix}.questions", "topic_answers": f"scripted-{suffix}.answers",
+        "topic_dlq": f"scripted-{suffix}.dlq", "indexer_group": f"scripted-{suffix}",
+        "enrich_group": f"scripted-{suffix}-enrich", "ingest_metrics_port": METRICS_PORT,
+        "enrich_metrics_port": METRICS_PORT + 1, "extractor_base_url": server.base_url, "llm_max_retries": 1,
+        # A refused connection counts at once, and a paused enrichment probes again within seconds.
+        "llm_restart_wait_s": 0.5, "enrich_retry_every_s": 1.0, "enrich_pause_max_s": 2.0,
+    }
+    settings = stack.with_overrides(**(overrides | {"database_url": SecretStr(url)}))
+    asyncio.run(ensure_topics(settings))
+    env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": str(v) for k, v in overrides.items()}
+    scripted = Scripted(settings, url, server)
+    processes = []
+    try:
+        for worker, port in (("ingest", METRICS_PORT), ("enrich", METRICS_PORT + 1)):
+            process = ManagedProcess(f"worker-scripted-{worker}-{suffix}", stack.state_dir)
+            process.spawn([sys.executable, "-m", "epistream.shell.cli", "worker", worker], env=env)
+            processes.append(process)
+            wait_until(lambda port=port: port_open("127.0.0.1", port), timeout=60, what=f"scripted {worker} worker",
                        log_file=process.log_file)
-            yield Scripted(settings, url)
-        finally:
+        yield scripted
+    finally:
+        for process in processes:
             process.stop()
-            drop_database(stack, f"scripted_{suffix}")
+        scripted.server.__exit__(None, None, None)  # the one running now (a test may have restarted it)
+        drop_database(stack, f"scripted_{suffix}")
 
 
 def test_turns_become_gists_facts_and_graph_through_the_worker(scripted_worker, unique):
@@ -126,3 +138,28 @@ def test_a_segment_the_model_cannot_enrich_is_dead_lettered_and_its_turns_stay_s
         found = conn.execute("SELECT turn_id FROM memory.turns WHERE tenant = %s AND tsv @@ "
                              "plainto_tsquery('english', 'glaciers') ORDER BY turn_id", (tenant,)).fetchall()
     assert status == ("failed",) and found == [("t001",), ("t002",)]
+
+
+def test_a_model_server_that_refuses_connections_for_a_while_loses_no_segment(scripted_worker, unique):
+    settings, db_url = scripted_worker.settings, scripted_worker.db_url
+    port = int(scripted_worker.server.base_url.rsplit(":", 1)[1].split("/")[0])
+    scripted_worker.server.__exit__(None, None, None)  # the model server is down: connections are refused
+    tenant = unique("tenant")
+    conversations = [unique(f"conv{i}") for i in range(3)]
+    for conversation in conversations:
+        produce_turns(settings, make_turns(tenant, conversation, [("Iris", f"{OUTAGE}: I booked my trip to Kyoto."),
+                                                                  ("Joe", "Lucky you.")]))
+
+    def statuses():
+        with psycopg.connect(db_url) as conn:
+            return dict(conn.execute("SELECT conversation_id, status FROM memory.segments WHERE tenant = %s",
+                                     (tenant,)).fetchall())
+
+    wait_for(lambda: len(statuses()) == 3 and set(statuses().values()) == {"waiting"}, timeout=120,
+             what="segments waiting for the model")
+    scripted_worker.server = ScriptedLLM(_script, port=port).__enter__()  # back, on the same port
+    wait_for(lambda: set(statuses().values()) == {"enriched"}, timeout=120, what="waiting segments enriched")
+    assert sorted(statuses()) == sorted(conversations)
+    letters = asyncio.run(read_topic(settings, settings.topic_dlq, lambda k, v: k.decode() in conversations,
+                                     timeout=5))
+    assert letters == []

@@ -15,7 +15,8 @@ Reply = tuple[int, str]
 
 
 class ScriptedLLM:
-    def __init__(self, script: Callable[[dict], Reply]) -> None:
+    def __init__(self, script: Callable[[dict], Reply], *, port: int = 0) -> None:
+        """`port` 0: any free one; a given port lets a test stop the server and start it again there."""
         self.script = script
         self.requests: list[dict] = []
         server = self
@@ -45,7 +46,7 @@ class ScriptedLLM:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @property

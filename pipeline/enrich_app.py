@@ -1,0 +1,149 @@
+"""The Faust app of the enrich worker (`epistream worker enrich`): its own process and consumer
+group, so ingest never waits on the model and a slow model call never stalls ingest's group.
+
+It consumes memory.segments and enriches each segment (pipeline.enrich); a timer enriches the
+segments that wait for the model from the store once the breaker lets calls through again."""
+
+from __future__ import annotations
+
+import logging
+
+import faust
+from mode import Service
+
+from epistream.contracts import Segment, decode
+from epistream.errors import ContractError
+from epistream.kafka_io import consumer_lag, dead_letter, worker_client_id
+from epistream.metrics import Metrics
+from epistream.resources import Resources
+from epistream.retry import Backoff
+from epistream.settings import Settings
+
+from .breaker import CircuitBreaker
+from .enrich import STAGE, EnrichDeps, EnrichOutcome, enrich_segment, retry_waiting
+from .records import RawRecord
+
+log = logging.getLogger(__name__)
+
+
+def worst_case_call_s(settings: Settings) -> float:
+    """The longest one enrichment can hold its event: every attempt timing out after waiting out a
+    refused connection, plus the waits between attempts (doubling from 0.5 s, times up to 1.5)."""
+    attempts = settings.llm_max_retries + 1
+    between = sum(0.5 * 2 ** n * 1.5 for n in range(attempts))
+    return attempts * (settings.extractor_timeout_s + settings.llm_restart_wait_s) + between
+
+
+class EnrichResources(Service):
+    """The process's pool, embedder, extractor model and breaker, opened before the agent runs."""
+
+    def __init__(self, settings: Settings, metrics: Metrics, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.settings = settings
+        self.metrics = metrics
+        self.shared: Resources | None = None
+        self.deps: EnrichDeps | None = None
+
+    async def on_start(self) -> None:
+        self.shared = await Resources.open(self.settings, self.metrics)
+        breaker = CircuitBreaker(Backoff(first_s=self.settings.enrich_retry_every_s,
+                                         cap_s=self.settings.enrich_pause_max_s))
+        self.deps = EnrichDeps(self.settings, self.shared.pool, self.shared.embedder,
+                               self.shared.model("extractor"), self.metrics, breaker)
+        self.metrics.serve(self.settings.enrich_metrics_port, host=self.settings.metrics_host)
+        log.info("enrich resources ready; metrics on :%d", self.settings.enrich_metrics_port)
+
+    async def on_stop(self) -> None:
+        if self.shared is not None:
+            await self.shared.close()
+
+
+def create_app(settings: Settings, metrics: Metrics) -> faust.App:
+    app = faust.App(
+        settings.enrich_group,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        broker_client_id=worker_client_id("enrich"),  # how health checks find this process in the group
+        store="memory://",
+        web_enabled=False,
+        autodiscover=False,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+        # An event is held for a whole model call chain: past it the group would give the partition
+        # to another worker, which would enrich the same segment again.
+        broker_max_poll_interval=worst_case_call_s(settings) + 120.0,
+    )
+    resources = EnrichResources(settings, metrics, loop=app.loop)
+    app.add_dependency(resources)
+    segments_topic = app.topic(settings.topic_segments, key_serializer="raw", value_serializer="raw")
+    dlq_topic = app.topic(settings.topic_dlq, key_serializer="raw", value_serializer="raw")
+
+    async def send_dead(key: bytes | None, value: bytes) -> None:
+        await dlq_topic.send(key=key, value=value)
+
+    async def letter(record: RawRecord, outcome: EnrichOutcome) -> None:
+        assert outcome.error is not None
+        await dead_letter(send_dead, metrics, record, stage=STAGE, error=outcome.error,
+                          attempts=settings.llm_max_retries + 1)
+
+    @app.agent(segments_topic, name="enrich", concurrency=settings.enrich_concurrency)
+    async def enrich(stream):  # type: ignore[no-untyped-def]
+        # Acknowledged by hand, only once the segment is enriched, waiting in the store or
+        # dead-lettered: a worker stopped while a database step is retried leaves it unacknowledged.
+        manual = stream.noack()
+        async for event in manual.events():
+            record = _record(event)
+            try:
+                segment = decode(record.value, Segment, what="memory.segments event")
+            except ContractError as exc:
+                await dead_letter(send_dead, metrics, record, stage=STAGE, error=exc)
+            else:
+                assert resources.deps is not None
+                outcome = await enrich_segment(segment, resources.deps)
+                if outcome.error is not None:
+                    await letter(record, outcome)
+            await manual.ack(event)
+
+    @app.timer(interval=settings.enrich_retry_every_s)
+    async def resume_waiting() -> None:
+        if resources.deps is None:
+            return
+
+        async def dead(segment: Segment, outcome: EnrichOutcome) -> None:
+            # No Kafka position: the segment came from the store. Its letter carries it whole.
+            await letter(RawRecord(settings.topic_segments, -1, -1, segment.conversation_id.encode(),
+                                   segment.to_bytes()), outcome)
+
+        try:
+            await retry_waiting(resources.deps, on_failed=dead)
+        except Exception:  # the next tick retries; a timer that raises would stop the worker
+            log.exception("retrying waiting segments failed")
+        await _report_lag()
+
+    async def _report_lag() -> None:
+        try:
+            lag = await consumer_lag(settings, settings.enrich_group, [settings.topic_segments])
+        except Exception as exc:  # lag is best-effort telemetry
+            log.debug("consumer lag unavailable: %s", exc)
+            return
+        for topic, value in lag.items():
+            metrics.consumer_lag.labels(settings.enrich_group, topic).set(value)
+
+    return app
+
+
+def _record(event: faust.types.EventT) -> RawRecord:
+    message = event.message
+    return RawRecord(
+        topic=message.topic, partition=message.partition, offset=message.offset, key=message.key,
+        value=message.value, timestamp_ms=int(message.timestamp * 1000) if message.timestamp else None,
+    )
+
+
+def run_worker(settings: Settings) -> None:
+    """Run the enrich worker until SIGTERM (blocks)."""
+    metrics = Metrics.create()
+    app = create_app(settings, metrics)
+    worker = faust.Worker(app, loglevel="INFO", quiet=True)
+    worker.execute_from_commandline()
