@@ -43,6 +43,7 @@ TEST_ENV = {
     "EPISTREAM_LLM_BASE_URL": "http://127.0.0.1:28080/v1",
     "EPISTREAM_INGEST_METRICS_PORT": "29101",
     "EPISTREAM_ANSWER_METRICS_PORT": "29102",
+    "EPISTREAM_ENRICH_METRICS_PORT": "29104",
     "EPISTREAM_KAFKA_HEAP": "512m",
     # Small segments that close quickly, so the slow path runs within a test.
     "EPISTREAM_SEGMENT_MAX_TOKENS": "400",
