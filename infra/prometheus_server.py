@@ -35,6 +35,7 @@ def worker_targets(settings: Settings, host: str = "127.0.0.1") -> dict[str, lis
     """The workers' and the supervisor's metrics endpoints, under the job names the alert rules use."""
     return {
         "epistream-ingest": [f"{host}:{settings.ingest_metrics_port}"],
+        "epistream-enrich": [f"{host}:{settings.enrich_metrics_port}"],
         "epistream-answer": [f"{host}:{settings.answer_metrics_port}"],
         "epistream-supervisor": [f"{host}:{settings.supervisor_metrics_port}"],
     }
