@@ -25,21 +25,23 @@ ON CONFLICT (tenant, entity_id, segment_id, surface) DO NOTHING
 """
 FORGET_SEGMENT = "DELETE FROM memory.entity_names WHERE tenant = %s AND segment_id = %s"
 NAMED_IN = "SELECT DISTINCT entity_id FROM memory.entity_names WHERE tenant = %s AND segment_id = ANY(%s)"
-# The earliest surviving name with its embedding becomes the entity's name; its normalised form too,
-# unless another entity holds it (the unique index), which only a race of two first sightings makes.
+# The earliest surviving name (one recorded with its embedding first) becomes the entity's name, with
+# its normalised form and embedding; a name recorded before sql/010 has neither, and the entity keeps
+# its own. The normalised form also stays when another entity holds it (the unique index), which only
+# a race of two first sightings makes.
 RENAME = """
 WITH first_name AS (
     SELECT DISTINCT ON (n.entity_id) n.entity_id, n.surface, n.normalized_name, n.embedding
     FROM memory.entity_names n
-    WHERE n.tenant = %(tenant)s AND n.entity_id = ANY(%(ids)s) AND n.embedding IS NOT NULL
-    ORDER BY n.entity_id, n.seq
+    WHERE n.tenant = %(tenant)s AND n.entity_id = ANY(%(ids)s)
+    ORDER BY n.entity_id, n.embedding IS NULL, n.seq
 ), seen AS (
     SELECT entity_id, min(seen_at) AS first_seen FROM memory.entity_names
     WHERE tenant = %(tenant)s AND entity_id = ANY(%(ids)s) GROUP BY entity_id
 )
 UPDATE memory.entities e
-SET name = f.surface, embedding = f.embedding, first_seen = s.first_seen,
-    normalized_name = CASE WHEN EXISTS (
+SET name = f.surface, embedding = coalesce(f.embedding, e.embedding), first_seen = s.first_seen,
+    normalized_name = CASE WHEN f.normalized_name IS NULL OR EXISTS (
         SELECT 1 FROM memory.entities o WHERE o.tenant = e.tenant AND o.normalized_name = f.normalized_name
         AND o.entity_id <> e.entity_id) THEN e.normalized_name ELSE f.normalized_name END
 FROM first_name f JOIN seen s USING (entity_id)

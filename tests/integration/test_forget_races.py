@@ -382,6 +382,19 @@ async def test_surviving_entities_keep_only_the_names_the_surviving_conversation
             " AND s.entity_id = f.subject_id JOIN memory.entities o ON o.tenant = f.tenant"
             " AND o.entity_id = f.object_id WHERE f.tenant = %s", (tenant,))
         assert await cur.fetchall() == [("Alice Smyth", "knows", "Bob")]
+
+        # The entity's id was minted from the forgotten name: a later first sighting of that name, far
+        # from every stored embedding, lands on it instead of colliding with it.
+        later = _segment(tenant, kept, 1, ["Ana"])
+        await _add_segment_row(pool, later)
+        enrichment, vectors = _enrichment(later, {"alice smith": ("Alice Smith", _unit((30, 1.0)))}, [], axis=8)
+        assert await _store(pool, postgres, later, enrichment, vectors) is not None
+        cur = await observer.execute("SELECT name, aliases FROM memory.entities WHERE tenant = %s ORDER BY name",
+                                     (tenant,))
+        assert await cur.fetchall() == [("Alice Smyth", []), ("Bob", [])]
+        cur = await observer.execute("SELECT count(*) FROM memory.entity_names WHERE tenant = %s AND surface = %s",
+                                     (tenant, "Alice Smith"))
+        assert (await cur.fetchone())[0] == 1
     finally:
         await observer.close()
         await pool.close()
