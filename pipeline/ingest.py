@@ -29,7 +29,7 @@ from epistream.retry import BLOCKING, retry
 from .records import RawRecord
 from .segmenter import SegmenterConfig
 from .store import segments
-from .store.tombstones import is_forgotten, tombstones
+from .store.tombstones import guard, is_forgotten
 from .store.turns import upsert_turns
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,9 @@ async def _write(conn: AsyncConnection, turns, vectors, closes, segmenter, resul
     for tenant in sorted({t.tenant for t, _ in turns} | {c.tenant for c in closes}):
         index = [i for i, (t, _) in enumerate(turns) if t.tenant == tenant]
         async with tenant_scope(conn, tenant):
-            forgotten = await tombstones(conn, tenant)
+            # Holds off a concurrent forget of these conversations until this transaction commits.
+            forgotten = await guard(conn, tenant, [turns[i][0].conversation_id for i in index]
+                                    + [c.conversation_id for c in closes if c.tenant == tenant])
             kept = [i for i in index if not is_forgotten(forgotten, turns[i][0].conversation_id)]
             result.outcomes.extend("tombstoned" for _ in range(len(index) - len(kept)))
             mine = [turns[i] for i in kept]

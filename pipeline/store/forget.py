@@ -1,6 +1,8 @@
 """Forgetting: a conversation, or a whole tenant, leaves no row, embedding or
 graph element behind, and a tombstone keeps a replay of `memory.turns` from
-bringing it back."""
+bringing it back. Writers racing it are held off by the tombstone guard (see
+store.tombstones); entities that survive are re-derived from the names the
+surviving conversations gave them (see store.entity_names)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from psycopg import AsyncConnection
 
 from epistream.db import tenant_scope
 
-from . import graph
-from .tombstones import WHOLE_TENANT
+from . import entity_names, graph
+from .tombstones import WHOLE_TENANT, exclude_writers
 
 ADD_TOMBSTONE = """
 INSERT INTO memory.tombstones (tenant, conversation_id) VALUES (%s, %s)
@@ -70,9 +72,12 @@ async def forget(conn: AsyncConnection, tenant: str, conversation_id: str | None
     params = {"tenant": tenant, "conversation": conversation_id}
     rows: dict[str, int] = {}
     async with tenant_scope(conn, tenant):
+        # First: wait for writers that passed the guard, keep new ones out; what follows sees their rows.
+        await exclude_writers(conn, tenant, conversation_id)
         await conn.execute(ADD_TOMBSTONE, (tenant, conversation_id or WHOLE_TENANT))
         cur = await conn.execute(SEGMENTS_IN_SCOPE, params)
         segment_ids = [r[0] for r in await cur.fetchall()]
+        renamed = await entity_names.named_in(conn, tenant, segment_ids)
         in_graph = {"tenant": tenant, "segment_ids": segment_ids}
         # Edges before vertices (see store.graph: DETACH DELETE under RLS crashes AGE 1.7).
         removed = 0
@@ -81,6 +86,8 @@ async def forget(conn: AsyncConnection, tenant: str, conversation_id: str | None
         for table, statement in DELETES:
             cur = await conn.execute(statement, params)
             rows[table] = cur.rowcount
+        # Entities the forgotten segments named and others still refer to: only the survivors' names.
+        rows["entities_renamed"] = await entity_names.refresh(conn, tenant, renamed)
         cur = await conn.execute(REMAINING_ENTITIES, (tenant,))
         keep = [r[0] for r in await cur.fetchall()]
         removed += _count(await graph.run(conn, DELETE_ORPHAN_ENTITIES, {"tenant": tenant, "keep": keep}))

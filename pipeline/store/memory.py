@@ -16,7 +16,8 @@ from epistream.names import entity_id, normalize_name
 from epistream.settings import Settings
 
 from ..enrichment import Enrichment
-from . import graph
+from . import entity_names, graph
+from .tombstones import guard, is_forgotten
 
 LOCK_SEGMENT = "SELECT 1 FROM memory.segments WHERE tenant = %s AND segment_id = %s FOR UPDATE"
 DELETE_FACTS = "DELETE FROM memory.facts WHERE tenant = %s AND segment_id = %s"
@@ -33,7 +34,13 @@ WHERE tenant = %s AND entity_id = %s AND NOT (%s = ANY(aliases))
 INSERT_ENTITY = """
 INSERT INTO memory.entities (tenant, entity_id, name, normalized_name, embedding, first_seen)
 VALUES (%s, %s, %s, %s, %s, %s)
-ON CONFLICT (tenant, normalized_name) DO NOTHING
+ON CONFLICT DO NOTHING
+"""
+# After a forget re-derived an entity from a surviving name, its id (minted from the forgotten
+# name) stays: a new first sighting of that name lands on the entity the id was minted for.
+ENTITY_BY_NAME_OR_ID = """
+SELECT entity_id FROM memory.entities WHERE tenant = %s AND (normalized_name = %s OR entity_id = %s)
+ORDER BY normalized_name = %s DESC LIMIT 1
 """
 INSERT_GIST = """
 INSERT INTO memory.gists (tenant, gist_id, conversation_id, segment_id, ordinal, text, event_date, date_precision,
@@ -90,13 +97,15 @@ async def _entity(conn: AsyncConnection, segment: Segment, normalized: str, surf
         nearest = await cur.fetchone()
         if nearest is not None and nearest[1] >= merge_threshold:
             await conn.execute(ADD_ALIAS, (surface, tenant, nearest[0], surface))
+            await entity_names.record(conn, segment, str(nearest[0]), normalized, surface, vector)
             return str(nearest[0])
         new_id = entity_id(tenant, normalized)
         await conn.execute(INSERT_ENTITY, (tenant, new_id, surface, normalized, vector, segment.turns[0].ts))
-        cur = await conn.execute(ENTITY_BY_NAME, (tenant, normalized))
+        cur = await conn.execute(ENTITY_BY_NAME_OR_ID, (tenant, normalized, new_id, normalized))
         row = await cur.fetchone()
         assert row is not None
     ident = str(row[0])
+    await entity_names.record(conn, segment, ident, normalized, surface, vector)
     await graph.run(conn, graph.MERGE_ENTITY, {"tenant": tenant, "entity_id": ident, "name": surface})
     return ident
 
@@ -123,12 +132,16 @@ async def store_enrichment(
     entity_vectors = dict(zip(enrichment.entities, vectors[1 + len(enrichment.gists):], strict=True))
     similar = mentions = 0
     async with tenant_scope(conn, tenant):
+        # Holds off a concurrent forget until this commits; a forget that came first left a tombstone.
+        if is_forgotten(await guard(conn, tenant, [segment.conversation_id]), segment.conversation_id):
+            return None
         cur = await conn.execute(LOCK_SEGMENT, (tenant, sid))
         if await cur.fetchone() is None:
             return None  # forgotten since it was closed: nothing to store
         await graph.delete_segment(conn, tenant, sid)
         await conn.execute(DELETE_FACTS, (tenant, sid))
         await conn.execute(DELETE_GISTS, (tenant, sid))
+        await entity_names.forget_segment(conn, tenant, sid)
         # In name order, not the model's: two enrichments of one tenant then lock entity rows in the
         # same order and cannot deadlock.
         ids = {
