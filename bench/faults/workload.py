@@ -47,7 +47,7 @@ class Size:
 QUICK = Size(conversations=4, turns_per_conversation=10, questions=2, invalid=3, rate_per_s=2.0)
 FULL = Size(conversations=12, turns_per_conversation=30, questions=8, invalid=8, rate_per_s=3.0)
 #: What `make test` runs: the smallest stream that still interleaves conversations and questions.
-TINY = Size(conversations=2, turns_per_conversation=6, questions=1, invalid=2, rate_per_s=2.0)
+TINY = Size(conversations=2, turns_per_conversation=5, questions=1, invalid=2, rate_per_s=2.0)
 
 
 @dataclass(frozen=True)
