@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -328,11 +328,57 @@ def wait_restarted(settings: Settings, name: str, old_pid: int | None, *, timeou
     raise ServiceError(f"{name} was not running again within {timeout_s:.0f}s: {info.get('detail')}")
 
 
-def restart_service(settings: Settings, name: str, *, timeout_s: float = 180.0) -> int:
-    """Stop one supervised service (SIGTERM, so it shuts down cleanly) and wait until the supervisor has
-    started it again; its new pid. The restart is counted like any other."""
+def restart_service(settings: Settings, name: str, *, timeout_s: float = 180.0,
+                    sig: signal.Signals = signal.SIGTERM) -> int:
+    """Stop one supervised service (SIGTERM by default, so it shuts down cleanly; PostgreSQL reads SIGINT as a
+    fast and SIGQUIT as an immediate shutdown) and wait until the supervisor has started it again; its new
+    pid. The restart is counted like any other."""
+    pid = signal_service(settings, name, sig)
+    return wait_restarted(settings, name, pid, timeout_s=timeout_s)
+
+
+def signal_service(settings: Settings, name: str, sig: signal.Signals) -> int:
+    """Send `sig` to a supervised service's process group (what it forked gets it too); the pid signalled."""
     pid = service_pid(settings, name)
     if pid is None:
         raise ServiceError(f"{name} is not running under the supervisor")
-    os.killpg(pid, signal.SIGTERM)
-    return wait_restarted(settings, name, pid, timeout_s=timeout_s)
+    os.killpg(pid, sig)
+    return pid
+
+
+def pause_service(settings: Settings, name: str) -> int:
+    """Freeze a supervised service (SIGSTOP): it keeps its sockets and answers nothing, like a hung host.
+    The supervisor sees a live process and leaves it alone; resume_service thaws it."""
+    return signal_service(settings, name, signal.SIGSTOP)
+
+
+def resume_service(settings: Settings, name: str) -> int:
+    return signal_service(settings, name, signal.SIGCONT)
+
+
+def _set_wanted(settings: Settings, change: Callable[[list[str]], list[str]]) -> None:
+    """Change what the running supervisor runs, and have it re-read that (SIGHUP)."""
+    pid = sup.supervisor_pid(settings.state_dir)
+    if pid is None:
+        raise ServiceError("the supervisor is not running")
+    wanted = change(list(sup.read_state(settings.state_dir).get("wanted", [])))
+    sup.wanted_file(settings.state_dir).write_text(json.dumps(wanted))
+    os.kill(pid, signal.SIGHUP)
+
+
+def hold_down(settings: Settings, name: str, *, timeout_s: float = 90.0) -> None:
+    """Stop a supervised service with its own stop signal and keep it stopped (the supervisor no longer
+    restarts it) until bring_back: an outage of known length."""
+    pid = service_pid(settings, name)
+    _set_wanted(settings, lambda wanted: [n for n in wanted if n != name])
+    deadline = time.monotonic() + timeout_s
+    while pid is not None and pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if pid is not None and pid_alive(pid):
+        raise ServiceError(f"{name} (pid {pid}) did not stop within {timeout_s:.0f}s")
+
+
+def bring_back(settings: Settings, name: str, *, timeout_s: float = 180.0) -> int:
+    """Have the supervisor run a held-down service again; its pid once it is ready."""
+    _set_wanted(settings, lambda wanted: [*wanted, name] if name not in wanted else wanted)
+    return wait_restarted(settings, name, None, timeout_s=timeout_s)

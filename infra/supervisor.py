@@ -148,6 +148,8 @@ class Supervisor:
         for name, child in self.children.items():
             if name not in self.wanted and child.proc is not None:
                 self._stop_child(child)
+                child.state = "stopped"  # started again when it is wanted again
+                child.detail = "stopped: not wanted"
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -156,7 +158,7 @@ class Supervisor:
             self._reap(child, now)
             if child.state == "starting":
                 self._check_started(child, now)
-            if child.state in ("waiting", "backoff") and now >= child.next_start and self._requirements_met(child):
+            if child.state in ("waiting", "backoff", "stopped") and now >= child.next_start and self._requirements_met(child):
                 self._spawn(child)
             self.metrics.service_up.labels(name).set(1 if child.state == "running" else 0)
 

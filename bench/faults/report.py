@@ -1,0 +1,78 @@
+"""The suite's results: bench/results/faults.json, faults.png (per scenario: produced, stored, lost,
+duplicated, dead-lettered, time to recover) and a markdown table for the README."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+from bench.report import machine_info, write_json
+
+matplotlib.use("Agg")  # headless: no display on CI or servers
+import matplotlib.pyplot as plt  # noqa: E402
+
+JSON_NAME = "faults.json"
+PNG_NAME = "faults.png"
+BARS = (("produced", "#7f7f7f"), ("stored", "#2ca02c"), ("lost", "#d62728"), ("duplicated", "#ff7f0e"),
+        ("dead_lettered", "#9467bd"))
+
+
+def failed_invariants(scenario: dict[str, Any]) -> list[str]:
+    return [n for n, v in scenario["invariants"].items() if v["status"] != "ok"]
+
+
+def build(root: Path, options: dict[str, Any], scenarios: list[dict[str, Any]],
+          hostile: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "suite": "faults", "options": options, "machine": machine_info(root),
+        "scenarios": scenarios,
+        "hostile": hostile if hostile is not None else {"cases": 0, "failed": 0, "skipped": True},
+        "summary": {
+            "scenarios": len(scenarios),
+            "lost": sum(s["lost"] for s in scenarios),
+            "duplicated": sum(s["duplicated"] for s in scenarios),
+            "scenarios_with_failed_invariants": [s["name"] for s in scenarios if failed_invariants(s)],
+        },
+    }
+
+
+def write(results: Path, result: dict[str, Any]) -> tuple[Path, Path]:
+    json_path, png_path = results / JSON_NAME, results / PNG_NAME
+    write_json(json_path, result)
+    write_chart(png_path, result["scenarios"])
+    return json_path, png_path
+
+
+def write_chart(path: Path, scenarios: list[dict[str, Any]]) -> None:
+    names = [s["name"] for s in scenarios]
+    fig, (counts, recover) = plt.subplots(2, 1, figsize=(max(8, 1.1 * len(names) + 3), 8), sharex=True)
+    width = 0.8 / len(BARS)
+    for k, (field, color) in enumerate(BARS):
+        xs = [i + (k - (len(BARS) - 1) / 2) * width for i in range(len(names))]
+        counts.bar(xs, [s[field] for s in scenarios], width, label=field.replace("_", "-"), color=color)
+    counts.set_ylabel("records")
+    counts.set_title("fault-injection suite: per scenario")
+    counts.legend(ncols=len(BARS), fontsize=8)
+    colors = ["#d62728" if failed_invariants(s) else "#2ca02c" for s in scenarios]
+    recover.bar(range(len(names)), [s["recover_s"] for s in scenarios], color=colors)
+    recover.set_ylabel("time to recover (s)\nred: an invariant failed")
+    recover.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = ["| scenario | produced | stored | lost | duplicated | dead-lettered | recover s | invariants |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for s in result["scenarios"]:
+        bad = failed_invariants(s)
+        lines.append(f"| {s['name']} | {s['produced']} | {s['stored']} | {s['lost']} | {s['duplicated']} | "
+                     f"{s['dead_lettered']} | {s['recover_s']} | {'failed: ' + ', '.join(bad) if bad else 'ok'} |")
+    h = result["hostile"]
+    lines.append(f"\nHostile inputs: {h.get('cases', 0)} cases, {h.get('failed', 0)} failed"
+                 + (f" ({h['source']})" if h.get("source") else ""))
+    return "\n".join(lines)
