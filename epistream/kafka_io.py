@@ -203,21 +203,21 @@ def build_dead_letter(
     if _record_size(sent_key, letter.to_bytes()) <= max_request_size:
         return letter
     # Too big: measure the letter without the original bytes, then give them what room is left.
-    for field, raw in (("value", value), ("key", key)):
+    for part, raw in (("value", value), ("key", key)):
         if raw is None:
             continue
-        bare = letter.model_copy(update={f"{field}_b64": "", f"{field}_truncated": True})
+        bare = letter.model_copy(update={f"{part}_b64": "", f"{part}_truncated": True})
         room = max_request_size - _record_size(sent_key, bare.to_bytes())
-        letter = bare.model_copy(update={f"{field}_b64": DeadLetter.encode(_prefix_fitting(raw, room))})
+        letter = bare.model_copy(update={f"{part}_b64": DeadLetter.encode(_prefix_fitting(raw, room))})
         if _record_size(sent_key, letter.to_bytes()) <= max_request_size:
             return letter
     return letter
 
 
-def _fingerprint(field: str, raw: bytes | None) -> dict[str, object]:
+def _fingerprint(part: str, raw: bytes | None) -> dict[str, object]:
     if raw is None:
         return {}
-    return {f"{field}_size": len(raw), f"{field}_sha256": hashlib.sha256(raw).hexdigest()}
+    return {f"{part}_size": len(raw), f"{part}_sha256": hashlib.sha256(raw).hexdigest()}
 
 
 async def dead_letter(
