@@ -10,23 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
-import uuid
-from dataclasses import dataclass
 
 import psycopg
 import pytest
-from pydantic import SecretStr
 
 from epistream.contracts import DeadLetter, Segment
-from epistream.kafka_io import ensure_topics
-from epistream.readiness import port_open
-from epistream.settings import Settings
-from infra.process import ManagedProcess, wait_until
-from tests.support.scripted_llm import ScriptedLLM
 
-from .conftest import drop_database, own_database, read_topic, wait_for
+from .conftest import read_topic, wait_for
 from .helpers import make_turns, produce_turns
+from .scripted_worker import scripted_worker as scripted_worker_process
 
 pytestmark = pytest.mark.integration
 
@@ -47,39 +39,11 @@ def _script(body: dict) -> tuple[int, str]:
     })
 
 
-@dataclass(frozen=True)
-class Scripted:
-    settings: Settings
-    db_url: str
-
-
 @pytest.fixture(scope="module")
 def scripted_worker(kafka):
-    """A worker of its own, on a database of its own (one deployment, one memory: the stack's worker
-    must not see, close or enrich this worker's conversations), talking to a scripted model."""
-    stack = kafka
-    suffix = uuid.uuid4().hex[:8]
-    url = own_database(stack, f"scripted_{suffix}")
-    with ScriptedLLM(_script) as server:
-        overrides = {
-            "database_url": url,
-            "topic_turns": f"scripted-{suffix}.turns", "topic_segments": f"scripted-{suffix}.segments",
-            "topic_questions": f"scripted-{suffix}.questions", "topic_answers": f"scripted-{suffix}.answers",
-            "topic_dlq": f"scripted-{suffix}.dlq", "indexer_group": f"scripted-{suffix}",
-            "ingest_metrics_port": METRICS_PORT, "extractor_base_url": server.base_url, "llm_max_retries": 1,
-        }
-        settings = stack.with_overrides(**(overrides | {"database_url": SecretStr(url)}))
-        asyncio.run(ensure_topics(settings))
-        env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": str(v) for k, v in overrides.items()}
-        process = ManagedProcess(f"worker-scripted-{suffix}", stack.state_dir)
-        process.spawn([sys.executable, "-m", "epistream.shell.cli", "worker", "ingest"], env=env)
-        try:
-            wait_until(lambda: port_open("127.0.0.1", METRICS_PORT), timeout=60, what="scripted worker",
-                       log_file=process.log_file)
-            yield Scripted(settings, url)
-        finally:
-            process.stop()
-            drop_database(stack, f"scripted_{suffix}")
+    """A worker of its own, talking to a scripted model (see :mod:`.scripted_worker`)."""
+    with scripted_worker_process(kafka, _script, metrics_port=METRICS_PORT) as worker:
+        yield worker
 
 
 def test_turns_become_gists_facts_and_graph_through_the_worker(scripted_worker, unique):
