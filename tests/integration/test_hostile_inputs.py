@@ -15,6 +15,7 @@ import pytest
 from aiokafka.errors import MessageSizeTooLargeError
 
 from epistream.contracts import DeadLetter
+from epistream.kafka_io import consumer_lag
 from tests.support.hostile import PRODUCER_REJECTS, cases, expected_rows
 
 from .conftest import read_topic, wait_for
@@ -80,6 +81,10 @@ def test_hostile_records_are_stored_verbatim_or_dead_lettered_and_the_partition_
         original = letter.original_value() or b""
         assert case.value.startswith(original) and (letter.value_truncated or original == case.value)
     assert len(found) == len(dead)  # each exactly once (the read waited for one more)
+
+    # Acknowledged once stored or dead-lettered: the group's committed offsets reach the end of the log.
+    wait_for(lambda: asyncio.run(consumer_lag(settings, settings.indexer_group, [settings.topic_turns]))
+             == {settings.topic_turns: 0}, timeout=60, interval=1.0, what="every record acknowledged")
 
     # The worker never restarted: same process, no crashed agent in its log.
     assert worker.process.pid() == pid and pid is not None
