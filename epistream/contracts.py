@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
@@ -19,17 +20,66 @@ from .errors import ContractError
 
 SCHEMA_VERSION = 1
 
-Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
+#: The UTC instants a turn may carry: PostgreSQL stores a wider range than Python's datetime
+#: (years 1-9999) reads back, and a stored instant is read back in a UTC offset of up to a day,
+#: so a day inside Python's range at each end keeps every stored time readable.
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
+#: How deep a turn's metadata may nest (PostgreSQL's jsonb and every reader stay far from a limit).
+METADATA_MAX_DEPTH = 32
 
 
-def _no_nul(text: str) -> str:
-    # PostgreSQL text cannot hold NUL; reject it here with a clear reason.
+def _storable(text: str) -> str:
+    # PostgreSQL text cannot hold NUL, and a lone surrogate has no UTF-8 form: reject both here,
+    # with a reason, instead of letting the database refuse the whole batch.
     if "\x00" in text:
-        raise ValueError("text contains a NUL character")
+        raise ValueError("contains a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
     return text
 
 
-Text = Annotated[str, StringConstraints(min_length=1, max_length=20_000), AfterValidator(_no_nul)]
+
+def _storable_json(value: Any, depth: int = 0) -> None:
+    if depth > METADATA_MAX_DEPTH:
+        raise ValueError(f"nested more than {METADATA_MAX_DEPTH} levels deep")
+    if isinstance(value, str):
+        _storable(value)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("holds a number that is not finite (NaN or Infinity)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _storable(key)
+            _storable_json(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _storable_json(item, depth + 1)
+
+
+def _storable_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    _storable_json(metadata)
+    return metadata
+
+
+def _round_trips(ts: datetime) -> datetime:
+    try:
+        instant = ts.astimezone(UTC)
+    except OverflowError:
+        instant = None
+    if instant is None or not EARLIEST <= instant <= LATEST:
+        raise ValueError(f"instant outside {EARLIEST:%Y-%m-%d} .. {LATEST:%Y-%m-%d} UTC (what can be stored and read back)")
+    return ts
+
+
+Identifier = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True), AfterValidator(_storable)
+]
+Text = Annotated[str, StringConstraints(min_length=1, max_length=20_000), AfterValidator(_storable)]
+Speaker = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_storable)]
+Instant = Annotated[AwareDatetime, AfterValidator(_round_trips)]
+Metadata = Annotated[dict[str, Any], AfterValidator(_storable_metadata)]
 
 
 class Contract(BaseModel):
@@ -53,11 +103,11 @@ class Turn(Contract):
     tenant: Identifier
     conversation_id: Identifier
     turn_id: Identifier
-    speaker: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    speaker: Speaker
     text: Text
-    ts: AwareDatetime
+    ts: Instant
     session_id: Identifier | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
 
 
 class SegmentCloseRequest(Contract):
@@ -107,7 +157,7 @@ class Question(Contract):
 
     question_id: Identifier
     tenant: Identifier
-    question: Annotated[str, StringConstraints(min_length=1, max_length=4_000), AfterValidator(_no_nul)]
+    question: Annotated[str, StringConstraints(min_length=1, max_length=4_000), AfterValidator(_storable)]
     conversation_ids: list[Identifier] | None = None
     asked_at: AwareDatetime | None = None
     mode: Mode = Mode.AUTO
@@ -148,7 +198,11 @@ class Answer(Contract):
 
 
 class DeadLetter(Contract):
-    """`memory.dlq`: the original bytes (base64) and why they could not be used."""
+    """`memory.dlq`: the original bytes (base64) and why they could not be used.
+
+    A letter always fits in one Kafka message: bytes that would not are cut to a prefix
+    (``value_truncated``/``key_truncated``), and the size and SHA-256 of the whole
+    original travel with it, so the record can still be recognised and counted."""
 
     topic: str
     partition: int
@@ -160,6 +214,12 @@ class DeadLetter(Contract):
     error_message: str
     attempts: int = 1
     failed_at: AwareDatetime
+    value_size: int | None = None
+    value_sha256: str | None = None
+    value_truncated: bool = False
+    key_size: int | None = None
+    key_sha256: str | None = None
+    key_truncated: bool = False
 
     @staticmethod
     def encode(raw: bytes | None) -> str | None:
@@ -183,11 +243,14 @@ def decode(raw: bytes | None, model: type[C] | Sequence[type[C]], *, what: str) 
     try:
         if raw is None:
             raise ValueError("empty message value")
-        data = json.loads(raw)
+        # UTF-8 only (json.loads would guess UTF-16 or -32 from the bytes); a UTF-8 BOM is tolerated.
+        data = json.loads(raw.decode("utf-8").removeprefix("\ufeff"))
         chosen = model if isinstance(model, type) else _by_kind(model, data)
         return chosen.model_validate(data)
     except (ValidationError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ContractError(f"not a valid {what}: {_reason(exc)}") from exc
+    except RecursionError as exc:  # the parser's own limit, long before any contract looks at the value
+        raise ContractError(f"not a valid {what}: JSON nested too deeply to read") from exc
 
 
 def _kinds(model: type[Contract]) -> tuple[Any, ...]:

@@ -76,6 +76,9 @@ def create_pool(settings: Settings, *, url: str | None = None) -> AsyncConnectio
         min_size=settings.db_pool_min,
         max_size=settings.db_pool_max,
         configure=_configure_with(settings.db_role or None),
+        # Each connection is checked as it leaves the pool: after a PostgreSQL restart a dead one is
+        # replaced there instead of failing the caller's first query.
+        check=AsyncConnectionPool.check_connection,
         timeout=30.0,
         open=False,
         name="epistream",

@@ -40,6 +40,7 @@ class Metrics:
     answer_latency_seconds: Histogram
     consumer_lag: Gauge
     router_candidates: Histogram
+    task_failures: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -153,6 +154,12 @@ class Metrics:
                 "epistream_router_candidates",
                 "Segments the router activated for one question.",
                 buckets=(0, 1, 2, 3, 5, 8, 10, 15, 20),
+                registry=reg,
+            ),
+            task_failures=Counter(
+                "epistream_task_failures_total",
+                "Runs of a periodic task (housekeeping) that failed and were skipped, by task and error class.",
+                ["task", "error_class"],
                 registry=reg,
             ),
         )

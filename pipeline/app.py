@@ -11,23 +11,19 @@ import faust
 from mode import Service
 from psycopg_pool import AsyncConnectionPool
 
-from epistream.contracts import SegmentCloseRequest
-from epistream.db import tenant_scope
 from epistream.embeddings import Embedder
-from epistream.kafka_io import consumer_lag, dead_letter, worker_client_id
+from epistream.kafka_io import consumer_lag, worker_client_id
 from epistream.metrics import Metrics
 from epistream.resources import Resources
 from epistream.settings import Settings
 
-from .ingest import STAGE as INGEST_STAGE
-from .ingest import ingest_batch
+from . import housekeeping, outbox
+from .delivery import settle
+from .ingest import IngestResult, ingest_batch
 from .records import RawRecord
 from .store import segments
 
 log = logging.getLogger(__name__)
-
-# A segment left unpublished this long was orphaned by a crash between commit and send.
-OUTBOX_GRACE_S = 30.0
 
 
 class IndexerResources(Service):
@@ -82,49 +78,48 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
     dlq_topic = app.topic(settings.topic_dlq, key_serializer="raw", value_serializer="raw")
 
     async def send_dead(key: bytes | None, value: bytes) -> None:
-        await dlq_topic.send(key=key, value=value)
+        # Awaited to delivery: a record is acked only once its letter is in Kafka.
+        delivery = await dlq_topic.send(key=key, value=value)
+        await delivery
+
+    async def send_segment(key: bytes, value: bytes) -> None:
+        # Faust's send returns the delivery future: the outbox marks a segment published only after it.
+        delivery = await segments_topic.send(key=key, value=value)
+        await delivery
 
     async def publish(closed: Sequence[tuple[str, str]]) -> None:
-        """Send closed segments (whole) to memory.segments, then mark them published."""
-        async with resources.pool.connection() as conn:
-            for tenant, sid in closed:
-                async with tenant_scope(conn, tenant):
-                    segment = await segments.load_segment(conn, tenant, sid)
-                    if segment is not None:
-                        await segments_topic.send(key=segment.conversation_id.encode(), value=segment.to_bytes())
-                        await segments.mark_published(conn, tenant, [sid])
+        """Send closed segments (whole) to memory.segments; each is marked published once delivered."""
+        await outbox.publish(resources.pool, closed, send_segment)
+
+    async def ingest_records(records: Sequence[RawRecord]) -> IngestResult:
+        assert resources.embedder is not None
+        return await ingest_batch(records, pool=resources.pool, embedder=resources.embedder, metrics=metrics,
+                                  segmenter=segmenter)
 
     @app.agent(turns_topic, name="ingest")
     async def ingest(stream):  # type: ignore[no-untyped-def]
-        # Raw bytes in: decoding happens in ingest_batch so poison messages are
-        # dead-lettered with their reason instead of crashing the stream.
-        async for events in stream.take_events(settings.ingest_batch, within=settings.ingest_batch_within_s):
-            assert resources.embedder is not None
-            result = await ingest_batch(
-                [_record(e) for e in events], pool=resources.pool, embedder=resources.embedder, metrics=metrics,
-                segmenter=segmenter,
-            )
-            for rejected in result.dead:
-                await dead_letter(send_dead, metrics, rejected.record, stage=INGEST_STAGE, error=rejected.error)
-            if result.closed_segments:
-                await publish(result.closed_segments)
+        # Raw bytes in: decoding happens in ingest_batch so poison messages are dead-lettered with their
+        # reason. noack_take, not take_events: take_events acks a batch in its `finally`, even when
+        # the body raised or was cancelled; here each event is acked only once stored or dead-lettered.
+        async for events in stream.noack_take(settings.ingest_batch, within=settings.ingest_batch_within_s):
+            await settle(events, to_record=_record, ingest=ingest_records, send_dead=send_dead, publish=publish,
+                         ack=stream.ack, metrics=metrics, max_request_size=app.conf.producer_max_request_size)
+
+    async def send_close(key: bytes, value: bytes) -> None:
+        delivery = await turns_topic.send(key=key, value=value)
+        await delivery
+
+    async def housekeeping_round() -> None:
+        await housekeeping.tick(resources.pool, idle_s=settings.segment_idle_s, send_close=send_close,
+                                publish=publish)
 
     @app.timer(interval=settings.segment_check_every_s)
-    async def housekeeping() -> None:
+    async def housekeeping_timer() -> None:
         if resources.embedder is None:
             return
-        async with resources.pool.connection() as conn:
-            idle = await segments.idle_conversations(conn, settings.segment_idle_s)
-            orphans = await segments.unpublished(conn, OUTBOX_GRACE_S)
-        # The close decision goes through memory.turns, in order with the turns,
-        # so a replay closes the same segments.
-        for tenant, conversation_id, last_turn_id in idle:
-            request = SegmentCloseRequest(
-                kind="segment_close", tenant=tenant, conversation_id=conversation_id, after_turn_id=last_turn_id
-            )
-            await turns_topic.send(key=conversation_id.encode(), value=request.to_bytes())
-        if orphans:
-            await publish(orphans)
+        # A failed round (PostgreSQL restarting, the broker away) is logged and counted, never raised:
+        # an exception in a Faust timer stops the worker.
+        await housekeeping.guarded("housekeeping", housekeeping_round, metrics)
         await _report_lag()
 
     async def _report_lag() -> None:

@@ -1,8 +1,9 @@
 """The fast path: validate turns, embed them, store them, advance the segmenter;
-set aside what is invalid, with why.
+set aside what is invalid or cannot be stored, with why.
 
 A plain async function over a batch of raw records, so tests call it without
-Faust; the agent in :mod:`pipeline.app` calls it, dead-letters what it set aside, produces.
+Faust; the agent in :mod:`pipeline.app` calls it through :func:`pipeline.delivery.settle`, which
+dead-letters what it set aside, publishes what it closed, and only then acknowledges the batch.
 """
 
 from __future__ import annotations
@@ -15,14 +16,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import numpy as np
-import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from epistream.contracts import SegmentCloseRequest, Turn, decode
 from epistream.db import tenant_scope
 from epistream.embeddings import Embedder
-from epistream.errors import ContractError
 from epistream.metrics import Metrics
 from epistream.retry import BLOCKING, retry
 
@@ -35,8 +34,6 @@ from .store.turns import upsert_turns
 log = logging.getLogger(__name__)
 
 STAGE = "ingest"
-# Errors tied to one row's content: find the row and dead-letter it.
-_ROW_ERRORS = (psycopg.DataError, psycopg.IntegrityError)
 
 
 @dataclass(frozen=True)
@@ -60,6 +57,10 @@ def decode_record(record: RawRecord) -> Turn | SegmentCloseRequest:
     return decode(record.value, (Turn, SegmentCloseRequest), what="memory.turns event")
 
 
+#: A batch item in partition order: the record and what it decoded to.
+Item = tuple[RawRecord, Turn | SegmentCloseRequest]
+
+
 async def ingest_batch(
     records: Sequence[RawRecord],
     *,
@@ -69,102 +70,118 @@ async def ingest_batch(
     segmenter: SegmenterConfig | None = None,
     max_backoff_s: float = 30.0,
 ) -> IngestResult:
-    """Store every valid turn of the batch and advance the segmenter (when given)."""
+    """Store every valid turn of the batch and apply it to the segmenter (when given), strictly in
+    partition order; return what was stored and what is to be dead-lettered, with why.
+
+    The one failure policy: a transient error (the database away, a lost race) is retried, blocking
+    the partition until it works; any other error isolates the records that cause it: the batch is
+    stored again record by record, and each record that still fails on its own is set aside with
+    its error. So nothing raises out of here but a cancel, and every record ends stored or rejected."""
     started = time.perf_counter()
     result = IngestResult()
-    turns: list[tuple[Turn, RawRecord]] = []
-    closes: list[SegmentCloseRequest] = []
+    items: list[Item] = []
     for record in records:
         try:
-            decoded = decode_record(record)
-        except ContractError as exc:
+            items.append((record, decode_record(record)))
+        except Exception as exc:  # ContractError with its reason; anything else is still this record's
             result.dead.append(Rejected(record, exc))
-            continue
-        if isinstance(decoded, SegmentCloseRequest):
-            closes.append(decoded)
-        else:
-            turns.append((decoded, record))
-    vectors = np.zeros((0, 384), dtype=np.float32)
-    if turns:
-        embed_started = time.perf_counter()
-        # ONNX Runtime releases the GIL: run it off the event loop.
-        vectors = await asyncio.to_thread(embedder.embed, [t.text for t, _ in turns])
-        metrics.embedding_seconds.observe(time.perf_counter() - embed_started)
-    if turns or (closes and segmenter is not None):
-        await _store_with_retry(pool, turns, vectors, closes, segmenter, result, max_backoff_s)
-        now = datetime.now(UTC)
-        stored_ids = {id(t) for t in result.stored}
-        for turn, record in turns:
-            if id(turn) in stored_ids and record.produced_at is not None:
-                metrics.produce_to_searchable_seconds.observe(max(0.0, (now - record.produced_at).total_seconds()))
-    for outcome in result.outcomes:
-        metrics.turns_ingested.labels(outcome).inc()
-    if result.closed_segments:
-        metrics.segments_closed.inc(len(result.closed_segments))
+    try:
+        await _store(items, pool, embedder, metrics, segmenter, result, max_backoff_s)
+    except Exception as exc:
+        log.warning("batch of %d records failed (%s: %s): storing them one by one", len(items), type(exc).__name__,
+                    str(exc)[:200])
+        for item in items:
+            try:
+                await _store([item], pool, embedder, metrics, segmenter, result, max_backoff_s)
+            except Exception as one:
+                result.dead.append(Rejected(item[0], one))
+    result.dead.sort(key=lambda r: r.record.offset)
+    _observe(metrics, result, [(t, r) for r, t in items if isinstance(t, Turn)])
     metrics.ingest_batch_seconds.observe(time.perf_counter() - started)
     return result
 
 
-async def _store_with_retry(pool, turns, vectors, closes, segmenter, result: IngestResult, max_backoff_s: float):  # type: ignore[no-untyped-def]
+def _observe(metrics: Metrics, result: IngestResult, turns: list[tuple[Turn, RawRecord]]) -> None:
+    now = datetime.now(UTC)
+    stored_ids = {id(t) for t in result.stored}
+    for turn, record in turns:
+        if id(turn) in stored_ids and record.produced_at is not None:
+            metrics.produce_to_searchable_seconds.observe(max(0.0, (now - record.produced_at).total_seconds()))
+    for outcome in result.outcomes:
+        metrics.turns_ingested.labels(outcome).inc()
+    if result.closed_segments:
+        metrics.segments_closed.inc(len(result.closed_segments))
+
+
+async def _store(items: list[Item], pool, embedder, metrics, segmenter, result: IngestResult, max_backoff_s: float):  # type: ignore[no-untyped-def]
+    """Embed the items' turns, then write them all in one transaction (retried while transient),
+    and add what was written to `result` only once it is committed."""
+    turns = [t for _, t in items if isinstance(t, Turn)]
+    if not turns and (segmenter is None or not items):
+        return
+    vectors = np.zeros((0, 384), dtype=np.float32)
+    if turns:
+        embed_started = time.perf_counter()
+        # ONNX Runtime releases the GIL: run it off the event loop.
+        vectors = await asyncio.to_thread(embedder.embed, [t.text for t in turns])
+        metrics.embedding_seconds.observe(time.perf_counter() - embed_started)
+    vector_of = {id(t): v for t, v in zip(turns, vectors, strict=True)}
+
     async def attempt() -> IngestResult:
-        # Each attempt starts from the batch's decoding rejects: a failed one leaves nothing behind.
-        partial = IngestResult(dead=list(result.dead))
-        async with pool.connection() as conn:
-            await _write(conn, turns, vectors, closes, segmenter, partial)
-        return partial
+        # One transaction for the whole batch: a failed attempt leaves nothing behind.
+        done = IngestResult()
+        async with pool.connection() as conn, conn.transaction():
+            await _write(conn, items, vector_of, segmenter, done)
+        return done
 
     def waiting(exc: BaseException, attempt_no: int, delay: float) -> None:
         log.warning("storing %d turns failed (%s), retry %d in %.1fs", len(turns), type(exc).__name__, attempt_no, delay)
 
     # Never skip: block this partition (backpressure) until PostgreSQL is back.
     done = await retry(attempt, backoff=replace(BLOCKING, cap_s=max_backoff_s), on_retry=waiting)
-    result.stored, result.outcomes = done.stored, done.outcomes
-    result.dead, result.closed_segments = done.dead, done.closed_segments
+    result.stored.extend(done.stored)
+    result.outcomes.extend(done.outcomes)
+    result.closed_segments.extend(done.closed_segments)
 
 
-async def _write(conn: AsyncConnection, turns, vectors, closes, segmenter, result: IngestResult) -> None:  # type: ignore[no-untyped-def]
-    """Per tenant, one transaction under that tenant's row-level security: the
-    turns (minus forgotten conversations), then the segmenter over the new ones."""
-    for tenant in sorted({t.tenant for t, _ in turns} | {c.tenant for c in closes}):
-        index = [i for i, (t, _) in enumerate(turns) if t.tenant == tenant]
+async def _write(conn: AsyncConnection, items: list[Item], vector_of, segmenter, result: IngestResult) -> None:  # type: ignore[no-untyped-def]
+    """Per tenant, under that tenant's row-level security: its records in partition order, turns
+    (minus forgotten conversations) in runs up to each close request, so a close is applied exactly
+    where it stands in the partition, whatever the batch boundaries."""
+    for tenant in sorted({t.tenant for _, t in items}):
         async with tenant_scope(conn, tenant):
             # Holds off a concurrent forget of these conversations until this transaction commits.
-            forgotten = await guard(conn, tenant, [turns[i][0].conversation_id for i in index]
-                                    + [c.conversation_id for c in closes if c.tenant == tenant])
-            kept = [i for i in index if not is_forgotten(forgotten, turns[i][0].conversation_id)]
-            result.outcomes.extend("tombstoned" for _ in range(len(index) - len(kept)))
-            mine = [turns[i] for i in kept]
-            stored, outcomes = await _upsert(conn, mine, vectors[kept] if kept else vectors[:0], result)
-            result.stored.extend(stored)
-            result.outcomes.extend(outcomes)
-            if segmenter is None:
-                continue
-            inserted = [t for t, o in zip(stored, outcomes, strict=True) if o == "inserted"]
-            result.closed_segments.extend(await segments.advance(conn, inserted, segmenter))
-            for request in closes:
-                if request.tenant == tenant and not is_forgotten(forgotten, request.conversation_id):
+            forgotten = await guard(conn, tenant, [t.conversation_id for _, t in items if t.tenant == tenant])
+            run: list[tuple[Turn, RawRecord]] = []
+            for record, decoded in (i for i in items if i[1].tenant == tenant):
+                if isinstance(decoded, Turn):
+                    if is_forgotten(forgotten, decoded.conversation_id):
+                        result.outcomes.append("tombstoned")
+                    else:
+                        run.append((decoded, record))
+                    continue
+                await _write_turns(conn, run, vector_of, segmenter, result)
+                run = []
+                if segmenter is not None and not is_forgotten(forgotten, decoded.conversation_id):
                     result.closed_segments.extend(await segments.close_if_idle(
-                        conn, tenant, request.conversation_id, request.after_turn_id, segmenter))
+                        conn, tenant, decoded.conversation_id, decoded.after_turn_id, segmenter))
+            await _write_turns(conn, run, vector_of, segmenter, result)
 
 
-async def _upsert(conn: AsyncConnection, turns, vectors, result: IngestResult) -> tuple[list[Turn], list[str]]:  # type: ignore[no-untyped-def]
-    try:
-        async with conn.transaction():  # a savepoint: a bad row must not void the others
-            outcomes = await upsert_turns(conn, [t for t, _ in turns], vectors, [r for _, r in turns])
-        return [t for t, _ in turns], outcomes
-    except _ROW_ERRORS:
-        return await _upsert_one_by_one(conn, turns, vectors, result)
-
-
-async def _upsert_one_by_one(conn: AsyncConnection, turns, vectors, result: IngestResult):  # type: ignore[no-untyped-def]
-    stored: list[Turn] = []
-    outcomes: list[str] = []
-    for (turn, record), vector in zip(turns, vectors, strict=True):
-        try:
-            async with conn.transaction():
-                outcomes.extend(await upsert_turns(conn, [turn], vector[None, :], [record]))
-        except _ROW_ERRORS as exc:
-            result.dead.append(Rejected(record, exc))
-            continue
-        stored.append(turn)
-    return stored, outcomes
+async def _write_turns(conn: AsyncConnection, run: list[tuple[Turn, RawRecord]], vector_of, segmenter,  # type: ignore[no-untyped-def]
+                       result: IngestResult) -> None:
+    if not run:
+        return
+    turns = [t for t, _ in run]
+    vectors = np.stack([vector_of[id(t)] for t in turns])
+    outcomes = await upsert_turns(conn, turns, vectors, [r for _, r in run])
+    result.stored.extend(turns)
+    result.outcomes.extend(outcomes)
+    if segmenter is None:
+        return
+    inserted = [t for t, o in zip(turns, outcomes, strict=True) if o == "inserted"]
+    result.closed_segments.extend(await segments.advance(conn, inserted, segmenter))
+    # A corrected turn (same id, new content) of a closed segment: that segment is rebuilt and
+    # goes back through the outbox to be enriched again.
+    corrected = [t for t, o in zip(turns, outcomes, strict=True) if o == "updated"]
+    result.closed_segments.extend(await segments.rebuild_containing(conn, corrected))

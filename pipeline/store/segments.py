@@ -51,6 +51,20 @@ SEGMENT_BY_ID = """
 SELECT tenant, conversation_id, segment_id, seq, close_reason, overlap_turns, token_estimate, turn_ids, produced_at
 FROM memory.segments WHERE tenant = %s AND segment_id = %s
 """
+CLOSED_CONTAINING = """
+SELECT segment_id, turn_ids FROM memory.segments
+WHERE tenant = %s AND conversation_id = %s AND turn_ids && %s::text[]
+ORDER BY seq
+"""
+# A rebuilt segment's enrichment is stale: it goes back to pending and into the outbox (unpublished),
+# so it is sent and enriched again. Only when its text really changed.
+REBUILD_SEGMENT = """
+UPDATE memory.segments
+SET raw_text = %s, start_ts = %s, end_ts = %s, token_estimate = %s,
+    status = 'pending', error = NULL, enriched_at = NULL, published_at = NULL, closed_at = now()
+WHERE tenant = %s AND segment_id = %s AND raw_text IS DISTINCT FROM %s
+RETURNING segment_id
+"""
 MARK_PUBLISHED = "UPDATE memory.segments SET published_at = now() WHERE tenant = %s AND segment_id = ANY(%s)"
 
 
@@ -102,12 +116,21 @@ async def _save(conn: AsyncConnection, key: _Key, state: SegmenterState) -> None
     )
 
 
+async def _segment_rows(conn: AsyncConnection, key: _Key, turn_ids: Sequence[str]) -> list[tuple]:
+    """The segment's stored turns in its order, as (turn_id, speaker, text, local ts, produced_at)."""
+    cur = await conn.execute(SEGMENT_TURNS, (key.tenant, key.conversation_id, list(turn_ids)))
+    rows = {r[0]: (*r[:3], local_time(r[3], r[5]), r[4]) for r in await cur.fetchall()}
+    return [rows[t] for t in turn_ids if t in rows]
+
+
+def _text(ordered: Sequence[tuple]) -> str:
+    return "\n".join(turn_line(r[1], r[2], r[3]) for r in ordered)
+
+
 async def _store_closed(conn: AsyncConnection, key: _Key, closed: Sequence[ClosedSegment]) -> list[str]:
     ids = []
     for segment in closed:
-        cur = await conn.execute(SEGMENT_TURNS, (key.tenant, key.conversation_id, list(segment.turn_ids)))
-        rows = {r[0]: (*r[:3], local_time(r[3], r[5]), r[4]) for r in await cur.fetchall()}
-        ordered = [rows[t] for t in segment.turn_ids if t in rows]
+        ordered = await _segment_rows(conn, key, segment.turn_ids)
         if not ordered:
             continue
         produced = [r[4] for r in ordered if r[4] is not None]
@@ -117,7 +140,7 @@ async def _store_closed(conn: AsyncConnection, key: _Key, closed: Sequence[Close
             (
                 key.tenant, key.conversation_id, sid, segment.seq, [r[0] for r in ordered], segment.overlap_turns,
                 min(r[3] for r in ordered), max(r[3] for r in ordered),
-                "\n".join(turn_line(r[1], r[2], r[3]) for r in ordered), segment.token_estimate, segment.reason,
+                _text(ordered), segment.token_estimate, segment.reason,
                 max(produced) if produced else None,
             ),
         )
@@ -148,6 +171,30 @@ async def advance(conn: AsyncConnection, new_turns: Sequence[Turn], config: Segm
         await _save(conn, key, state)
         closed_ids.extend((key.tenant, sid) for sid in await _store_closed(conn, key, closed))
     return closed_ids
+
+
+async def rebuild_containing(conn: AsyncConnection, corrected: Sequence[Turn]) -> list[tuple[str, str]]:
+    """Rebuild every closed segment that holds a corrected turn (same id, new content): its text, times
+    and token estimate from the turns as stored now; its enrichment is marked stale (pending, unpublished).
+    The segment's cut (which turns) stays: it was decided in partition order. Returns (tenant, segment_id)
+    of the segments whose text changed. Call inside the transaction that updated the turns."""
+    by_conversation: dict[_Key, set[str]] = {}
+    for turn in corrected:
+        by_conversation.setdefault(_Key(turn.tenant, turn.conversation_id), set()).add(turn.turn_id)
+    rebuilt: list[tuple[str, str]] = []
+    for key in sorted(by_conversation, key=lambda k: (k.tenant, k.conversation_id)):
+        cur = await conn.execute(CLOSED_CONTAINING, (key.tenant, key.conversation_id, sorted(by_conversation[key])))
+        for sid, turn_ids in await cur.fetchall():
+            ordered = await _segment_rows(conn, key, turn_ids)
+            if not ordered:
+                continue
+            text = _text(ordered)
+            tokens = sum(estimate_tokens(turn_line(r[1], r[2], r[3])) for r in ordered)
+            cur = await conn.execute(REBUILD_SEGMENT, (
+                text, min(r[3] for r in ordered), max(r[3] for r in ordered), tokens, key.tenant, sid, text))
+            if await cur.fetchone() is not None:
+                rebuilt.append((key.tenant, sid))
+    return rebuilt
 
 
 async def close_if_idle(

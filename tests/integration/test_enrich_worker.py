@@ -11,23 +11,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
-import uuid
-from dataclasses import dataclass
 
 import psycopg
 import pytest
-from pydantic import SecretStr
 
 from epistream.contracts import DeadLetter, Segment
-from epistream.kafka_io import ensure_topics
-from epistream.readiness import port_open
-from epistream.settings import Settings
-from infra.process import ManagedProcess, wait_until
 from tests.support.scripted_llm import ScriptedLLM
 
-from .conftest import drop_database, own_database, read_topic, wait_for
+from .conftest import read_topic, wait_for
 from .helpers import make_turns, produce_turns
+from .scripted_worker import scripted_worker as scripted_worker_process
 
 pytestmark = pytest.mark.integration
 
@@ -49,49 +42,14 @@ def _script(body: dict) -> tuple[int, str]:
     })
 
 
-@dataclass
-class Scripted:
-    settings: Settings
-    db_url: str
-    server: ScriptedLLM
-
-
 @pytest.fixture(scope="module")
 def scripted_worker(kafka):
-    """A worker of its own, on a database of its own (one deployment, one memory: the stack's worker
-    must not see, close or enrich this worker's conversations), talking to a scripted model."""
-    stack = kafka
-    suffix = uuid.uuid4().hex[:8]
-    url = own_database(stack, f"scripted_{suffix}")
-    server = ScriptedLLM(_script).__enter__()
-    overrides = {
-        "database_url": url,
-        "topic_turns": f"scripted-{suffix}.turns", "topic_segments": f"scripted-{suffix}.segments",
-        "topic_questions": f"scripted-{suffix}.questions", "topic_answers": f"scripted-{suffix}.answers",
-        "topic_dlq": f"scripted-{suffix}.dlq", "indexer_group": f"scripted-{suffix}",
-        "enrich_group": f"scripted-{suffix}-enrich", "ingest_metrics_port": METRICS_PORT,
-        "enrich_metrics_port": METRICS_PORT + 1, "extractor_base_url": server.base_url, "llm_max_retries": 1,
-        # A refused connection counts at once, and a paused enrichment probes again within seconds.
-        "llm_restart_wait_s": 0.5, "enrich_retry_every_s": 1.0, "enrich_pause_max_s": 2.0,
-    }
-    settings = stack.with_overrides(**(overrides | {"database_url": SecretStr(url)}))
-    asyncio.run(ensure_topics(settings))
-    env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": str(v) for k, v in overrides.items()}
-    scripted = Scripted(settings, url, server)
-    processes = []
-    try:
-        for worker, port in (("ingest", METRICS_PORT), ("enrich", METRICS_PORT + 1)):
-            process = ManagedProcess(f"worker-scripted-{worker}-{suffix}", stack.state_dir)
-            process.spawn([sys.executable, "-m", "epistream.shell.cli", "worker", worker], env=env)
-            processes.append(process)
-            wait_until(lambda port=port: port_open("127.0.0.1", port), timeout=60, what=f"scripted {worker} worker",
-                       log_file=process.log_file)
-        yield scripted
-    finally:
-        for process in processes:
-            process.stop()
-        scripted.server.__exit__(None, None, None)  # the one running now (a test may have restarted it)
-        drop_database(stack, f"scripted_{suffix}")
+    """The ingest and enrich workers of their own (see :mod:`.scripted_worker`), talking to a scripted model."""
+    # A refused connection counts at once, and a paused enrichment probes again within seconds.
+    quick = {"llm_restart_wait_s": 0.5, "enrich_retry_every_s": 1.0, "enrich_pause_max_s": 2.0}
+    with scripted_worker_process(kafka, _script, metrics_port=METRICS_PORT, workers=("ingest", "enrich"),
+                                 overrides=quick) as worker:
+        yield worker
 
 
 def test_turns_become_gists_facts_and_graph_through_the_worker(scripted_worker, unique):

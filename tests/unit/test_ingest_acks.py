@@ -1,0 +1,115 @@
+"""The ingest agent's acknowledgement rule (issue 11, defects 1 and 2): a record is acknowledged only
+after it is stored or dead-lettered; a cancel (SIGTERM) while storing waits acknowledges nothing; a
+failing housekeeping tick is logged, counted and the next one runs."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+from aiokafka.errors import KafkaConnectionError
+
+from epistream.contracts import DeadLetter
+from epistream.errors import ContractError
+from epistream.metrics import Metrics
+from epistream.retry import Backoff
+from pipeline.delivery import settle
+from pipeline.housekeeping import guarded
+from pipeline.ingest import IngestResult, Rejected
+from pipeline.records import RawRecord
+
+QUICK = Backoff(first_s=0.001, cap_s=0.001)
+
+
+@dataclass(frozen=True)
+class Event:
+    record: RawRecord
+
+
+def events(n: int) -> list[Event]:
+    return [Event(RawRecord("memory.turns", 0, i, b"c", b"{}")) for i in range(n)]
+
+
+class Log:
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, object]] = []
+
+    async def ack(self, event: Event) -> None:
+        self.steps.append(("ack", event.record.offset))
+
+    async def send_dead(self, key: bytes | None, value: bytes) -> None:
+        self.steps.append(("dead", DeadLetter.model_validate_json(value).offset))
+
+    async def publish(self, closed) -> None:  # type: ignore[no-untyped-def]
+        self.steps.append(("publish", tuple(closed)))
+
+
+def run_settle(batch: list[Event], ingest, log: Log, send_dead=None) -> None:  # type: ignore[no-untyped-def]
+    asyncio.run(settle(batch, to_record=lambda e: e.record, ingest=ingest, send_dead=send_dead or log.send_dead,
+                       publish=log.publish, ack=log.ack, metrics=Metrics.create(), backoff=QUICK))
+
+
+def test_events_are_acked_only_after_their_letters_are_sent_and_segments_published():
+    log = Log()
+    batch = events(3)
+
+    async def ingest(records):  # type: ignore[no-untyped-def]
+        return IngestResult(dead=[Rejected(records[1], ContractError("bad"))], closed_segments=[("t", "c#0000")])
+
+    run_settle(batch, ingest, log)
+    assert log.steps == [("dead", 1), ("publish", (("t", "c#0000"),)), ("ack", 0), ("ack", 1), ("ack", 2)]
+
+
+def test_a_cancel_while_storing_waits_acks_nothing():
+    log = Log()
+    started = asyncio.Event()
+
+    async def ingest(records):  # type: ignore[no-untyped-def]
+        started.set()
+        await asyncio.sleep(3600)  # PostgreSQL is down: the store retries
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(settle(events(4), to_record=lambda e: e.record, ingest=ingest,
+                                            send_dead=log.send_dead, publish=log.publish, ack=log.ack,
+                                            metrics=Metrics.create(), backoff=QUICK))
+        await started.wait()
+        task.cancel()  # what Faust does to the agent on SIGTERM
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    assert log.steps == []
+
+
+def test_a_letter_the_broker_cannot_take_yet_is_retried_before_anything_is_acked():
+    log, failures = Log(), [KafkaConnectionError("broker away"), KafkaConnectionError("still away")]
+
+    async def flaky_send(key: bytes | None, value: bytes) -> None:
+        if failures:
+            raise failures.pop(0)
+        await log.send_dead(key, value)
+
+    async def ingest(records):  # type: ignore[no-untyped-def]
+        return IngestResult(dead=[Rejected(records[0], ContractError("bad"))])
+
+    run_settle(events(1), ingest, log, send_dead=flaky_send)
+    assert log.steps == [("dead", 0), ("ack", 0)]
+
+
+def test_a_failing_housekeeping_tick_is_logged_counted_and_does_not_stop_the_next(caplog):
+    metrics, calls = Metrics.create(), []
+
+    async def tick() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    async def twice() -> list[bool]:
+        return [await guarded("housekeeping", tick, metrics), await guarded("housekeeping", tick, metrics)]
+
+    assert asyncio.run(twice()) == [False, True]
+    assert metrics.registry.get_sample_value("epistream_task_failures_total",
+                                             {"task": "housekeeping", "error_class": "OperationalError"}) == 1.0
+    assert "housekeeping failed" in caplog.text and "OperationalError" in caplog.text
