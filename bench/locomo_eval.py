@@ -260,7 +260,8 @@ class Replies:
 
     def __init__(self, settings: Settings, topic: str) -> None:
         self._consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None,
-                                          enable_auto_commit=False, auto_offset_reset="earliest")
+                                          enable_auto_commit=False, auto_offset_reset="earliest",
+                                          isolation_level="read_committed")  # answers are transactional
         self._topic = topic
         self._waiting: dict[str, asyncio.Future] = {}
         self._early: dict[str, tuple[Answer, float]] = {}

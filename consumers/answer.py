@@ -7,6 +7,7 @@ import re
 import time
 
 from epistream.contracts import Answer, Mode, Question, RoleTokens
+from epistream.errors import ModelOutputError, ModelUnavailable
 from epistream.llm import Usage
 
 from .deps import AnswerDeps
@@ -43,9 +44,11 @@ async def answer_question(question: Question, deps: AnswerDeps) -> Answer:
     return answer
 
 
-def failed_answer(question: Question, error: Exception, started: float) -> Answer:
-    """What the asker receives when the model kept failing: an explicit abstention with the reason."""
-    return build_answer(question, choose_mode(question), ModeResult.abstain(Abstention.MODEL_FAILED), started,
+def failed_answer(question: Question, error: BaseException, started: float) -> Answer:
+    """What the asker receives when answering failed (the model kept failing, or anything else):
+    an explicit abstention with the reason."""
+    why = Abstention.MODEL_FAILED if isinstance(error, (ModelUnavailable, ModelOutputError)) else Abstention.FAILED
+    return build_answer(question, choose_mode(question), ModeResult.abstain(why), started,
                         error=f"{type(error).__name__}: {str(error)[:300]}")
 
 

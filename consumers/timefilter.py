@@ -1,5 +1,8 @@
 """Time filters read from a question ("in May 2023", "in 2022", "last year"),
-resolved against when it was asked, as a half-open range of instants."""
+resolved against when it was asked, as a half-open range of instants.
+
+A period whose bounds leave the calendar (this year, asked on 9999-12-31) is no filter:
+the arithmetic goes through `epistream.dates.within_calendar`, the one guard."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
-from epistream.dates import RELATIVE_PATTERN, ResolvedDate, resolve
+from epistream.dates import RELATIVE_PATTERN, ResolvedDate, resolve, within_calendar
 
 _MONTHS = "|".join(calendar.month_name[1:])
 # Explicit periods: "in May 2023", "during June, 2022", "in 2021", "May 2023".
@@ -26,7 +29,12 @@ class DateRange:
     end: datetime  # exclusive
 
     @classmethod
-    def of(cls, resolved: ResolvedDate) -> DateRange:
+    def of(cls, resolved: ResolvedDate) -> DateRange | None:
+        """The period a resolved date stands for; None when its exclusive end is past the calendar."""
+        return within_calendar(lambda: cls._span(resolved))
+
+    @classmethod
+    def _span(cls, resolved: ResolvedDate) -> DateRange:
         first = resolved.value
         if resolved.precision == "year":
             first, last = date(first.year, 1, 1), date(first.year + 1, 1, 1)

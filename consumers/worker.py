@@ -1,7 +1,11 @@
 """The answer consumer: `memory.questions` in, `memory.answers` (or the asked reply topic) out.
 
-Offsets are committed only after the answer (or the dead letter) is produced,
-so a crash re-answers a question rather than losing it.
+Every question ends in exactly one committed transaction: its answer (a failed one when answering
+failed, with the question's dead letter beside it) and the group's offset past it. Only transient
+errors (errors.is_transient: the database or the broker hiccuped) are retried, offset uncommitted;
+anything else, ours or not, is a failed answer plus a dead letter, so no question can stop the worker.
+A crash or a lost partition aborts the open transaction; the next owner answers the question once,
+and read_committed readers never see the aborted answer.
 """
 
 from __future__ import annotations
@@ -10,12 +14,22 @@ import asyncio
 import logging
 import signal
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from epistream.contracts import Question, decode
-from epistream.errors import ContractError, EpistreamError
-from epistream.kafka_io import DeadLetterSend, consumer_lag, create_producer, dead_letter, worker_client_id
+from epistream.contracts import Answer, Question, decode
+from epistream.errors import PermanentError, is_transient
+from epistream.kafka_io import (
+    Outgoing,
+    PartitionProducers,
+    TopicDirectory,
+    consumer_lag,
+    dead_letter,
+    publish_transaction,
+    worker_client_id,
+)
 from epistream.metrics import Metrics
 from epistream.resources import Resources
 from epistream.retry import BLOCKING, retry
@@ -31,43 +45,141 @@ log = logging.getLogger(__name__)
 STAGE = "answer"
 
 
-async def handle_question(record: ConsumerRecord, deps: AnswerDeps, producer) -> None:  # type: ignore[no-untyped-def]
+class UnknownReplyTopic(PermanentError):
+    """The question names a reply topic the broker does not have (topics are never auto-created)."""
+
+
+@dataclass
+class Outcome:
+    """What one question becomes, published in one transaction: its answer, its dead letter if any."""
+
+    messages: list[Outgoing] = field(default_factory=list)
+    answer: Answer | None = None
+
+
+async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDirectory, *,
+                     give_up: Callable[[], bool]) -> Outcome | None:
+    """Answer one question record; None only when a transient failure was still being retried and
+    ``give_up()`` turned true (stopping, or the partition moved): the record stays uncommitted."""
     settings = deps.settings
-    send_dead = _dlq_sender(producer, settings.topic_dlq)
+    outcome = Outcome()
+
+    async def letter(key: bytes | None, value: bytes) -> None:
+        outcome.messages.append((settings.topic_dlq, key, value))
+
     try:
         question = decode(record.value, Question, what="memory.questions event")
-    except ContractError as exc:
-        await dead_letter(send_dead, deps.metrics, record, stage=STAGE, error=exc)
-        return
+    except Exception as exc:  # not a question (or one that breaks the decoder): nobody to answer
+        await dead_letter(letter, deps.metrics, record, stage=STAGE, error=exc)
+        return outcome
     started = time.perf_counter()
+    destination = settings.topic_answers
+
+    async def attempt() -> Answer:
+        nonlocal destination
+        destination = settings.topic_answers
+        if question.reply_topic is not None:
+            if not await topics.exists(question.reply_topic):
+                raise UnknownReplyTopic(f"reply_topic {question.reply_topic!r} does not exist; "
+                                        f"the failed answer went to {settings.topic_answers}")
+            destination = question.reply_topic
+        return await answer_question(question, deps)
+
+    def waiting(exc: BaseException, attempt_no: int, delay: float) -> None:
+        log.warning("question at %s[%d]@%d failed (%s), retry %d in %.1fs", record.topic, record.partition,
+                    record.offset, type(exc).__name__, attempt_no, delay)
+
     try:
-        answer = await answer_question(question, deps)
-    except EpistreamError as exc:
-        # The model kept failing: tell the asker, and keep the question for a replay.
+        answer = await retry(attempt, backoff=BLOCKING, on_retry=waiting, stop=give_up)
+    except Exception as exc:
+        if is_transient(exc):
+            return None  # still retryable: only stopping or losing the partition ends the wait
+        if not isinstance(exc, PermanentError):  # not an expected refusal: keep the traceback for a fix
+            log.exception("question %s failed", question.question_id)
         answer = failed_answer(question, exc, started)
         deps.metrics.questions_answered.labels(answer.mode.value, "failed").inc()
-        await dead_letter(send_dead, deps.metrics, record, stage=STAGE, error=exc)
-    await producer.send_and_wait(
-        question.reply_topic or settings.topic_answers, key=question.question_id.encode(), value=answer.to_bytes()
-    )
-    log.info("answered %s (%s, %.0f ms)", question.question_id, answer.mode.value, answer.latency_ms)
+        await dead_letter(letter, deps.metrics, record, stage=STAGE, error=exc)
+    outcome.messages.insert(0, (destination, question.question_id.encode(), answer.to_bytes()))
+    outcome.answer = answer
+    return outcome
 
 
-async def _handle_with_retry(record: ConsumerRecord, deps: AnswerDeps, producer, stop: asyncio.Event) -> None:  # type: ignore[no-untyped-def]
-    """A database or broker hiccup must not lose the question: retry it, offset uncommitted."""
+class AnswerLoop:
+    """The consumer, one transactional producer per owned partition, and the topics directory."""
 
-    def waiting(exc: BaseException, attempt: int, delay: float) -> None:
-        log.warning("question at %s[%d]@%d failed (%s), retry %d in %.1fs", record.topic, record.partition,
-                    record.offset, type(exc).__name__, attempt, delay)
+    def __init__(self, deps: AnswerDeps, consumer: AIOKafkaConsumer, stop: asyncio.Event) -> None:
+        self.deps = deps
+        self.consumer = consumer
+        self.stop = stop
+        self.group = deps.settings.answer_group
+        self.producers = PartitionProducers(deps.settings, self.group)
+        self.topics = TopicDirectory(consumer.topics)
+        self.failures: dict[TopicPartition, int] = {}  # consecutive failed publications per partition
 
-    await retry(lambda: handle_question(record, deps, producer), backoff=BLOCKING, on_retry=waiting,
-                stop=stop.is_set)
+    async def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                batches = await self.consumer.getmany(timeout_ms=500, max_records=8)
+                await self.producers.keep_only(self.consumer.assignment())
+                for tp, records in batches.items():
+                    await self.answer_partition(TopicPartition(tp.topic, tp.partition), records)
+        finally:
+            await self.producers.close()
 
+    def owns(self, tp: TopicPartition) -> bool:
+        return not self.stop.is_set() and tp in self.consumer.assignment()
 
-def _dlq_sender(producer, topic: str) -> DeadLetterSend:  # type: ignore[no-untyped-def]
-    async def send(key: bytes | None, value: bytes) -> None:
-        await producer.send_and_wait(topic, key=key, value=value)
-    return send
+    async def answer_partition(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
+        try:
+            producer, fresh = await self.producers.for_partition(tp)
+            if fresh and not await self._at_committed(tp, records[0].offset):
+                return
+        except Exception as exc:  # the broker is unreachable: nothing was read for good, try again
+            await self._retry_later(tp, records[0], exc)
+            return
+        for record in records:
+            outcome = await outcome_of(record, self.deps, self.topics, give_up=lambda: not self.owns(tp))
+            if outcome is None:
+                return
+            try:
+                await publish_transaction(producer, outcome.messages, consumed=tp, next_offset=record.offset + 1,
+                                          group=self.group)
+            except Exception as exc:
+                await self._retry_later(tp, record, exc)
+                return
+            self.failures.pop(tp, None)
+            if outcome.answer is not None:
+                log.info("answered %s (%s, %.0f ms)", outcome.answer.question_id, outcome.answer.mode.value,
+                         outcome.answer.latency_ms)
+
+    async def _at_committed(self, tp: TopicPartition, first_offset: int) -> bool:
+        """After a new producer settled the previous owner's transaction: continue if the batch starts
+        at the committed offset, else seek there (the previous owner got further, or never as far)."""
+        committed = await self.consumer.committed(tp)
+        if committed is None or committed == first_offset:
+            return True
+        log.info("%s: resuming at the committed offset %d, not %d", tp, committed, first_offset)
+        self._seek(tp, committed)
+        return False
+
+    async def _retry_later(self, tp: TopicPartition, record: ConsumerRecord, exc: Exception) -> None:
+        """The transaction was aborted (fenced by a new owner, a broker hiccup, a topic gone) or the
+        producer could not start: drop it, read the record again after a growing pause (a stop request
+        ends it). A new producer fences any other owner and resumes from the committed offset."""
+        log.warning("publishing %s[%d]@%d failed (%s: %s); it will be read again", tp.topic, tp.partition,
+                    record.offset, type(exc).__name__, exc)
+        await self.producers.drop(tp)
+        self.topics.invalidate()
+        self._seek(tp, record.offset)
+        self.failures[tp] = self.failures.get(tp, 0) + 1
+        try:
+            await asyncio.wait_for(self.stop.wait(), timeout=BLOCKING.delay(self.failures[tp]))
+        except TimeoutError:
+            pass
+
+    def _seek(self, tp: TopicPartition, offset: int) -> None:
+        if self.owns(tp):
+            self.consumer.seek(tp, offset)
 
 
 async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
@@ -78,33 +190,26 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
                                max_tokens=settings.assistant_max_tokens)
     deps = AnswerDeps(settings=settings, pool=shared.pool, embedder=shared.embedder, master=shared.model("master"),
                       metrics=metrics, assistants=assistants, recipes=from_settings(settings))
-    producer = create_producer(settings)
     consumer = AIOKafkaConsumer(
         settings.topic_questions,
         bootstrap_servers=settings.kafka_bootstrap,
         group_id=settings.answer_group,
         client_id=worker_client_id("answer"),
-        enable_auto_commit=False,
+        enable_auto_commit=False,  # offsets are committed inside each question's transaction
         auto_offset_reset="earliest",
+        isolation_level="read_committed",
         # Answering can take a while on a CPU model: do not get kicked from the group.
         max_poll_interval_ms=600_000,
     )
-    await producer.start()
     await consumer.start()
     metrics.serve(settings.answer_metrics_port, host=settings.metrics_host)
     log.info("answer consumer ready; metrics on :%d", settings.answer_metrics_port)
     lag_task = asyncio.create_task(_report_lag(settings, metrics, stop))
     try:
-        while not stop.is_set():
-            batches = await consumer.getmany(timeout_ms=500, max_records=8)
-            for tp, records in batches.items():
-                for record in records:
-                    await _handle_with_retry(record, deps, producer, stop)
-                    await consumer.commit({TopicPartition(tp.topic, tp.partition): record.offset + 1})
+        await AnswerLoop(deps, consumer, stop).run()
     finally:
         lag_task.cancel()
         await consumer.stop()
-        await producer.stop()
         await shared.close()
 
 

@@ -48,7 +48,9 @@ async def produce_raw(
 async def ask(settings: Settings, question: Question, *, timeout_s: float = 300.0) -> Answer:
     """Produce a question and wait for its answer on the reply topic."""
     reply_topic = question.reply_topic or settings.topic_answers
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, group_id=None)
+    # read_committed: an answer from an aborted transaction (its worker died or lost the question) is never seen.
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, group_id=None,
+                                isolation_level="read_committed")
     await _start(consumer)
     producer = create_producer(settings)
     try:

@@ -145,6 +145,17 @@ class Segment(Contract):
     produced_at: AwareDatetime | None = None
 
 
+# What Kafka accepts as a topic name (its Topic.validate): ASCII letters, digits, '.', '_', '-', at most
+# 249 characters, and not '.' or '..'. A reply topic outside this is an invalid question, dead-lettered.
+def _not_dots(name: str) -> str:
+    if name in (".", ".."):
+        raise ValueError("'.' and '..' are not topic names")
+    return name
+
+
+TopicName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$"), AfterValidator(_not_dots)]
+
+
 class Mode(StrEnum):
     FAST = "fast"
     DEEP = "deep"
@@ -161,7 +172,7 @@ class Question(Contract):
     conversation_ids: list[Identifier] | None = None
     asked_at: AwareDatetime | None = None
     mode: Mode = Mode.AUTO
-    reply_topic: Identifier | None = None
+    reply_topic: TopicName | None = None
 
 
 class Evidence(BaseModel):

@@ -21,14 +21,39 @@ Rules for ambiguous weekday expressions (weeks start on Monday):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import Literal
+from functools import wraps
+from typing import Literal, ParamSpec, TypeVar
 
 from dateparser.date import DateDataParser
 from dateutil.relativedelta import relativedelta
 
 Precision = Literal["day", "week", "month", "year"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def within_calendar(compute: Callable[[], T]) -> T | None:
+    """The one guard on date arithmetic: a result before year 1 or after year 9999 is no date (None).
+
+    ``date``/``timedelta``/``relativedelta`` raise OverflowError or ValueError there, and a question
+    asked at 9999-12-31 or a turn stamped 0001-01-01 is valid input: it must resolve to nothing,
+    never stop a worker. Every computation on a date read from input goes through here.
+    """
+    try:
+        return compute()
+    except (OverflowError, ValueError):
+        return None
+
+
+def _in_calendar(function: Callable[P, T | None]) -> Callable[P, T | None]:
+    @wraps(function)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> T | None:
+        return within_calendar(lambda: function(*args, **kwargs))
+    return guarded
 
 
 @dataclass(frozen=True)
@@ -140,6 +165,7 @@ def _resolve_period(mod: str, unit: str, d: date) -> ResolvedDate:
     return ResolvedDate(d + relativedelta(**{unit + "s": sign}), _PERIOD_PRECISION[unit])
 
 
+@_in_calendar
 def _resolve_relative(text: str, anchor: datetime) -> ResolvedDate | None:
     """Resolve a whole relative expression (no surrounding words) against the anchor."""
     s = _norm(text)
@@ -161,17 +187,16 @@ def _resolve_relative(text: str, anchor: datetime) -> ResolvedDate | None:
     return ResolvedDate(d + relativedelta(**{unit + "s": n}), "day" if unit == "day" else _PERIOD_PRECISION[unit])
 
 
+@_in_calendar
 def _resolve_absolute(s: str, anchor: datetime) -> ResolvedDate | None:
-    try:
-        if m := _ISO.fullmatch(s):
-            if m["d"] is None:
-                return ResolvedDate(date(int(m["y"]), int(m["m"]), 1), "month")
-            # The date as written: models copy the turn's stamp, so no timezone conversion.
-            return ResolvedDate(date(int(m["y"]), int(m["m"]), int(m["d"])), "day")
-        if _YEAR.fullmatch(s):
-            return ResolvedDate(date(int(s), 1, 1), "year")
-    except ValueError:
-        return None
+    # "2024-02-30" or "0000" is no date: the guard turns date()'s ValueError into None.
+    if m := _ISO.fullmatch(s):
+        if m["d"] is None:
+            return ResolvedDate(date(int(m["y"]), int(m["m"]), 1), "month")
+        # The date as written: models copy the turn's stamp, so no timezone conversion.
+        return ResolvedDate(date(int(m["y"]), int(m["m"]), int(m["d"])), "day")
+    if _YEAR.fullmatch(s):
+        return ResolvedDate(date(int(s), 1, 1), "year")
     # dateparser reads almost anything ("3" is a month), so only hand it text made of date words.
     if any(w not in _DATE_WORDS for w in re.findall(r"[a-z]+", s)):
         return None
@@ -286,9 +311,8 @@ def leading_date(text: str) -> tuple[date | None, str]:
     m = _LEADING.match(text)
     if m is None:
         return None, text
-    try:
-        found = _leading_match_date(m)
-    except ValueError:  # "2024-02-30" is not a date; leave the text alone
+    found = within_calendar(lambda: _leading_match_date(m))
+    if found is None:  # "2024-02-30" is not a date; leave the text alone
         return None, text
     return found, text[m.end() :].lstrip(" \t\r\n:,;|.-–—")
 

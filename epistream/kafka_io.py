@@ -7,6 +7,7 @@ import hashlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -125,6 +126,100 @@ def create_producer(settings: Settings) -> AIOKafkaProducer:
         enable_idempotence=True,
         linger_ms=5,
     )
+
+
+# --- exactly once: a transaction per consumed record -----------------------------------------------
+#
+# aiokafka 0.14 commits consumed offsets inside a transaction with TxnOffsetCommit v0, which carries the
+# group id only (no generation): a member that lost its partition would still commit. Fencing comes from
+# the transactional id instead, one per consumed partition (the pre-KIP-447 pattern): whoever owns the
+# partition next starts a producer with the same id, which aborts the previous owner's open transaction
+# and fences it, so its late commit fails and only the new owner's answer is ever visible to
+# read_committed readers.
+
+
+def transactional_id(group: str, consumed: TopicPartition) -> str:
+    return f"{group}.{consumed.topic}.{consumed.partition}"
+
+
+class PartitionProducers:
+    """The transactional producer of each consumed partition, started (fencing any previous owner)
+    the first time a record of that partition is handled, stopped when the partition is gone."""
+
+    def __init__(self, settings: Settings, group: str) -> None:
+        self._settings = settings
+        self._group = group
+        self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
+
+    async def for_partition(self, consumed: TopicPartition) -> tuple[AIOKafkaProducer, bool]:
+        """The partition's producer, and whether it was just started (its owner must re-read the
+        committed offset: the producer's start is what settles the previous owner's transaction)."""
+        if consumed in self._producers:
+            return self._producers[consumed], False
+        producer = AIOKafkaProducer(bootstrap_servers=self._settings.kafka_bootstrap, acks="all",
+                                    transactional_id=transactional_id(self._group, consumed), linger_ms=5)
+        try:
+            await producer.start()
+        except BaseException:
+            await producer.stop()
+            raise
+        self._producers[consumed] = producer
+        return producer, True
+
+    async def drop(self, consumed: TopicPartition) -> None:
+        producer = self._producers.pop(consumed, None)
+        if producer is not None:
+            try:
+                await producer.stop()
+            except Exception as exc:  # a fenced or broken producer: it is being discarded anyway
+                log.debug("stopping the producer of %s failed: %s", consumed, exc)
+
+    async def keep_only(self, assigned: set[TopicPartition]) -> None:
+        for consumed in [tp for tp in self._producers if tp not in assigned]:
+            await self.drop(consumed)
+
+    async def close(self) -> None:
+        await self.keep_only(set())
+
+
+#: One message of a transaction: its topic, key and value.
+Outgoing = tuple[str, bytes | None, bytes]
+
+
+async def publish_transaction(producer: AIOKafkaProducer, messages: list[Outgoing], *, consumed: TopicPartition,
+                              next_offset: int, group: str) -> None:
+    """Send ``messages`` and commit ``group``'s offset of ``consumed`` as one transaction: all of it or none.
+
+    Any failure aborts (when the producer still can) and raises; the caller discards the producer and
+    reads the record again from the committed offset."""
+    async with producer.transaction():
+        for topic, key, value in messages:
+            await producer.send_and_wait(topic, key=key, value=value)
+        await producer.send_offsets_to_transaction({consumed: next_offset}, group)
+
+
+class TopicDirectory:
+    """Which topics exist, from the broker's metadata, cached for ``max_age_s``; a name not in the
+    cache always refreshes it (a reply topic created a moment ago is found; a miss is rare: a dead letter)."""
+
+    def __init__(self, list_topics: Callable[[], Awaitable[set[str]]], *, max_age_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._list_topics = list_topics
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._known: set[str] = set()
+        self._refreshed_at: float | None = None
+
+    async def exists(self, name: str) -> bool:
+        fresh = self._refreshed_at is not None and self._clock() - self._refreshed_at < self._max_age_s
+        if not (fresh and name in self._known):
+            self._known = set(await self._list_topics())
+            self._refreshed_at = self._clock()
+        return name in self._known
+
+    def invalidate(self) -> None:
+        """Forget what is known (a send failed: the topic may be gone)."""
+        self._refreshed_at = None
 
 
 class SourceRecord(Protocol):

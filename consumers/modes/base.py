@@ -15,6 +15,8 @@ class Abstention(StrEnum):
     NO_MEMORY = "I don't know: nothing in this memory is about that."
     NO_EVIDENCE = "I don't know: nothing in this memory supports an answer."
     MODEL_FAILED = "I could not answer: the model failed."
+    #: anything else went wrong (the question is in the dead-letter topic with the reason)
+    FAILED = "I could not answer: answering this question failed."
     #: the model answered with nothing
     EMPTY = "I don't know"
 

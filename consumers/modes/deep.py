@@ -7,6 +7,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from epistream.contracts import Evidence, Question
+from epistream.dates import within_calendar
 from epistream.db import tenant_scope
 from epistream.llm import Usage
 from epistream.prompts import fence
@@ -25,7 +26,10 @@ TOLD_LATER = timedelta(days=31)
 
 def window_for(question: Question) -> DateRange | None:
     found = extract(question.question, question.asked_at)
-    return None if found is None else DateRange(found.start, found.end + TOLD_LATER)
+    if found is None:
+        return None
+    # At the end of the calendar there is no "shortly after": the period itself is the window.
+    return within_calendar(lambda: DateRange(found.start, found.end + TOLD_LATER)) or found
 
 
 async def route_question(deps: AnswerDeps, question: Question, vector) -> list[RoutedSegment]:  # type: ignore[no-untyped-def]

@@ -110,10 +110,11 @@ class OutputAnswerArgs(ToolArgs):
 
 
 # --------------------------------------------------------------------------- dates
-def period(resolved: ResolvedDate) -> tuple[date, date]:
-    """The first and last day a resolved date stands for, at its precision (DateRange's, end inclusive)."""
+def period(resolved: ResolvedDate) -> tuple[date, date] | None:
+    """The first and last day a resolved date stands for, at its precision (DateRange's, end inclusive);
+    None past the calendar's end (DateRange.of's guard)."""
     span = DateRange.of(resolved)  # [start, end) in UTC midnights
-    return span.start.date(), (span.end - timedelta(days=1)).date()
+    return None if span is None else (span.start.date(), (span.end - timedelta(days=1)).date())
 
 
 def _period_of(tool: str, field: str, text: str, asked_at: datetime) -> tuple[date, date]:
@@ -121,7 +122,10 @@ def _period_of(tool: str, field: str, text: str, asked_at: datetime) -> tuple[da
     if resolved is None:
         raise ToolArgumentError(tool, f"{field}: cannot read {text!r} as a date (try '2024-05-14', 'May 2024', "
                                       "'2024' or 'last year')")
-    return period(resolved)
+    span = period(resolved)
+    if span is None:
+        raise ToolArgumentError(tool, f"{field}: {text!r} runs past the end of the calendar")
+    return span
 
 
 def resolve_range(tool: str, args: TimeArgs, asked_at: datetime) -> tuple[date | None, date | None]:

@@ -210,8 +210,10 @@ def count_turns(db_url: str, tenant: str, conversation_id: str) -> int:
 
 async def read_topic(settings: Settings, topic: str, match: Callable[[bytes | None, bytes | None], bool],
                      *, want: int = 1, timeout: float = 60.0) -> list:
-    """Read a topic from the beginning (no group) until `want` records match."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, group_id=None)
+    """Read a topic from the beginning (no group) until `want` records match; only committed records
+    (the answer worker writes in transactions: an aborted answer is no answer)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, group_id=None,
+                                isolation_level="read_committed")
     await consumer.start()
     found = []
     try:

@@ -70,3 +70,14 @@ def test_answer_serialises_tokens_per_role():
 def test_answer_times_are_aware():
     t = Turn.model_validate(TURN)
     assert t.ts == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("topic", ["memory.answers", "answers.eval-1a2b_c", "a" * 249])
+def test_question_reply_topic_takes_kafka_topic_names(topic):
+    assert Question(question_id="q", tenant="t", question="why?", reply_topic=topic).reply_topic == topic
+
+
+@pytest.mark.parametrize("topic", [".", "..", "has space", "slash/topic", "ünicode", "a" * 250, "colon:topic", ""])
+def test_question_reply_topic_rejects_names_kafka_cannot_hold(topic):
+    with pytest.raises(ValidationError, match="reply_topic"):
+        Question(question_id="q", tenant="t", question="why?", reply_topic=topic)

@@ -507,3 +507,25 @@ def test_gist_sentence_is_idempotent(text: str, when: ResolvedDate) -> None:
 def test_gist_sentence_rejects_empty_text(text: str) -> None:
     with pytest.raises(ValueError):
         gist_sentence(text, DAY, WED)
+
+
+# --- the edges of the calendar: date arithmetic past year 1 or 9999 is no date, never an exception ---
+LAST_DAY = datetime(9999, 12, 31, 0, 0, tzinfo=UTC)
+FIRST_DAY = datetime(1, 1, 1, 0, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("text", "anchor"), [
+    ("next year", LAST_DAY), ("tomorrow", LAST_DAY), ("next week", LAST_DAY), ("in 3 days", LAST_DAY),
+    ("next Monday", LAST_DAY), ("in 2 hours", datetime(9999, 12, 31, 23, 0, tzinfo=UTC)), ("this coming weekend", LAST_DAY),
+    ("last year", FIRST_DAY), ("yesterday", FIRST_DAY), ("last week", FIRST_DAY), ("3 months ago", FIRST_DAY),
+    ("last Sunday", FIRST_DAY), ("999 years ago", FIRST_DAY), ("in 999 years", datetime(9500, 1, 1, tzinfo=UTC)),
+])
+def test_dates_beyond_the_calendar_resolve_to_nothing(text, anchor):
+    assert resolve(text, anchor) is None
+    assert absolutize(f"We met {text}.", anchor) == f"We met {text}."
+
+
+def test_dates_at_the_edges_of_the_calendar_still_resolve():
+    assert r("this year", LAST_DAY) == ("9999-12-31", "year")
+    assert r("yesterday", LAST_DAY) == ("9999-12-30", "day")
+    assert r("tomorrow", FIRST_DAY) == ("0001-01-02", "day")

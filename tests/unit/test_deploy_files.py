@@ -303,3 +303,20 @@ def test_the_model_server_is_built_portably_and_the_same_way_everywhere():
     assert "-DGGML_NATIVE=OFF" in flags
     assert not [f for f in flags if re.search(r"AVX512|AMX", f) and f.endswith("=ON")]
     assert {"-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON"} <= set(flags)
+
+
+def _properties(text: str) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def test_brokers_never_create_topics_and_support_transactions(compose):
+    """A question's reply_topic must never create a topic: both brokers refuse to auto-create, and the
+    answer worker's transactions work on one broker (the transaction log needs one replica)."""
+    embedded = _properties((ROOT / "infra" / "kafka" / "server.properties.template").read_text())
+    deployed = _environment(compose["services"]["kafka"])
+    assert embedded["auto.create.topics.enable"] == "false"
+    assert str(deployed["KAFKA_AUTO_CREATE_TOPICS_ENABLE"]).lower() == "false"
+    assert embedded["transaction.state.log.replication.factor"] == "1" == str(
+        deployed["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"])
+    assert embedded["transaction.state.log.min.isr"] == "1" == str(deployed["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"])

@@ -1,0 +1,227 @@
+"""The answer worker process against questions that used to stop it, and its exactly-once promise.
+
+The worker runs on its own topics (one question partition, so "the next question" is on the same
+partition), consumer group and database, with its master pointed at a scripted OpenAI-compatible
+server. Answers are read as the product's readers read them: read_committed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from pydantic import SecretStr
+
+from epistream.client import produce_raw
+from epistream.contracts import Answer, DeadLetter, Mode, Question
+from epistream.kafka_io import ensure_topics
+from epistream.readiness import port_open
+from epistream.settings import Settings
+from infra.process import ManagedProcess, pid_alive, wait_until
+from tests.support.scripted_llm import ScriptedLLM
+
+from .conftest import drop_database, own_database, read_topic
+
+pytestmark = pytest.mark.integration
+
+BASE_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) + 20  # beside the test stack's ports
+NUL_TRAP = "NUL-TRAP"  # the master calls a tool with a NUL in its query: psycopg refuses it (DataError)
+SLOW = "SLOW-QUESTION"  # the first master call for it blocks until the test releases it
+
+
+class Master:
+    """The scripted agentic master: one tool call per step, as JSON."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.slow_calls = 0
+        self.slow_started = threading.Event()
+
+    def __call__(self, body: dict) -> tuple[int, str]:
+        text = json.dumps(body["messages"])
+        if NUL_TRAP in text and "Result of lexical_retrieve" not in text:
+            return 200, json.dumps({"tool": "lexical_retrieve", "arguments": {"query": "ferry\u0000boat"}})
+        if SLOW in text:
+            self.slow_calls += 1
+            if self.slow_calls == 1:
+                self.slow_started.set()
+                self.release.wait(timeout=120)
+        return 200, json.dumps({"tool": "output_answer", "arguments": {"answer": "", "abstain": True}})
+
+
+@dataclass
+class AnswerEnv:
+    settings: Settings
+    env: dict[str, str]
+    master: Master
+    suffix: str
+
+    def spawn(self, n: int) -> ManagedProcess:
+        port = BASE_PORT + n
+        process = ManagedProcess(f"worker-answer-scripted-{self.suffix}-{n}", self.settings.state_dir)
+        process.spawn([sys.executable, "-m", "epistream.shell.cli", "worker", "answer"],
+                      env=self.env | {"EPISTREAM_ANSWER_METRICS_PORT": str(port)})
+        wait_until(lambda: port_open("127.0.0.1", port), timeout=90, what="scripted answer worker",
+                   log_file=process.log_file)
+        return process
+
+    def ask(self, question: Question) -> None:
+        asyncio.run(produce_raw(self.settings, [(question.question_id.encode(), question.to_bytes())],
+                                topic=self.settings.topic_questions))
+
+    def answers(self, question_id: str, *, topic: str | None = None, want: int = 1, timeout: float = 90) -> list[Answer]:
+        found = asyncio.run(read_topic(self.settings, topic or self.settings.topic_answers,
+                                       lambda k, v: k == question_id.encode(), want=want, timeout=timeout))
+        return [Answer.from_bytes(r.value) for r in found]
+
+    def letters(self, question_id: str, *, timeout: float = 60) -> list[DeadLetter]:
+        found = asyncio.run(read_topic(self.settings, self.settings.topic_dlq,
+                                       lambda k, v: k == question_id.encode(), timeout=timeout))
+        return [DeadLetter.model_validate_json(r.value) for r in found]
+
+
+@pytest.fixture(scope="module")
+def answer_env(kafka) -> Iterator[AnswerEnv]:
+    suffix = uuid.uuid4().hex[:8]
+    url = own_database(kafka, f"answers_{suffix}")
+    master = Master()
+    with ScriptedLLM(master) as server:
+        overrides = {
+            "topic_turns": f"answers-{suffix}.turns", "topic_segments": f"answers-{suffix}.segments",
+            "topic_questions": f"answers-{suffix}.questions", "topic_answers": f"answers-{suffix}.answers",
+            "topic_dlq": f"answers-{suffix}.dlq", "answer_group": f"answers-{suffix}", "questions_partitions": 1,
+            "llm_base_url": server.base_url, "assistant_base_urls": server.base_url, "llm_max_retries": 0,
+        }
+        settings = kafka.with_overrides(**overrides, database_url=SecretStr(url))
+        asyncio.run(ensure_topics(settings))
+        env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": str(v) for k, v in overrides.items()} | {
+            "EPISTREAM_DATABASE_URL": url}
+        try:
+            yield AnswerEnv(settings, env, master, suffix)
+        finally:
+            drop_database(kafka, f"answers_{suffix}")
+
+
+@pytest.fixture(scope="module")
+def worker(answer_env) -> Iterator[ManagedProcess]:
+    process = answer_env.spawn(0)
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def _question(qid: str, text: str, **fields) -> Question:
+    return Question(question_id=qid, tenant="tenant-a", question=text, **fields)
+
+
+def _alive(process: ManagedProcess) -> bool:
+    pid = process.pid()
+    return pid is not None and pid_alive(pid)
+
+
+def test_a_question_at_the_end_of_the_calendar_is_answered_and_the_worker_keeps_going(answer_env, worker, unique):
+    pid = worker.pid()
+    qid = unique("q-9999")
+    answer_env.ask(_question(qid, "What did I do this year?", mode=Mode.DEEP,
+                             asked_at=datetime(9999, 12, 31, tzinfo=UTC)))
+    answers = answer_env.answers(qid)
+    assert len(answers) == 1 and answers[0].error is None and answers[0].abstained  # an empty memory
+    assert worker.pid() == pid and _alive(worker)
+
+
+def test_a_question_that_trips_an_unexpected_error_is_answered_failed_once_and_the_next_one_answered(
+        answer_env, worker, unique):
+    pid = worker.pid()
+    trap, after = unique("q-trap"), unique("q-after")
+    answer_env.ask(_question(trap, f"{NUL_TRAP}: which ferry?", mode=Mode.AGENTIC))
+    answer_env.ask(_question(after, "Which ferry did Maya take?", mode=Mode.AGENTIC))
+    answered = answer_env.answers(after)
+    assert len(answered) == 1 and answered[0].error is None
+    failed = answer_env.answers(trap, want=2, timeout=5)  # the one answer, and time for a second to show up
+    assert len(failed) == 1 and failed[0].abstained and failed[0].error.startswith("DataError")
+    letters = answer_env.letters(trap)
+    assert [(letter.stage, letter.error_class) for letter in letters] == [("answer", "DataError")]
+    assert Question.from_bytes(letters[0].original_value()).question_id == trap
+    assert worker.pid() == pid and _alive(worker)
+
+
+def test_an_unknown_reply_topic_is_dead_lettered_and_never_created(answer_env, worker, unique):
+    qid, after = unique("q-reply"), unique("q-reply-after")
+    missing = f"answers-{answer_env.suffix}.nobody-{qid}"
+    answer_env.ask(_question(qid, "Who took the ferry?", mode=Mode.AGENTIC, reply_topic=missing))
+    answer_env.ask(_question(after, "Who took the ferry?", mode=Mode.AGENTIC))
+    assert len(answer_env.answers(after)) == 1
+    failed = answer_env.answers(qid)
+    assert len(failed) == 1 and failed[0].abstained and failed[0].error.startswith("UnknownReplyTopic")
+    assert [letter.error_class for letter in answer_env.letters(qid)] == ["UnknownReplyTopic"]
+    assert missing not in asyncio.run(_topics(answer_env.settings))
+    assert _alive(worker)
+
+
+def test_a_question_with_an_illegal_reply_topic_is_dead_lettered(answer_env, worker, unique):
+    qid = unique("q-illegal")
+    value = json.loads(_question(qid, "Who?").to_bytes()) | {"reply_topic": "no such/topic"}
+    asyncio.run(produce_raw(answer_env.settings, [(qid.encode(), json.dumps(value).encode())],
+                            topic=answer_env.settings.topic_questions))
+    letters = answer_env.letters(qid)
+    assert letters[0].error_class == "ContractError" and "reply_topic" in letters[0].error_message
+    assert answer_env.answers(qid, timeout=3) == []
+    assert _alive(worker)
+
+
+async def _topics(settings: Settings) -> set[str]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap)
+    await consumer.start()
+    try:
+        return await consumer.topics()
+    finally:
+        await consumer.stop()
+
+
+def test_a_paused_worker_that_lost_its_question_never_answers_it_twice(answer_env, worker, unique):
+    """The first worker holds the question in its model call and is paused past its session; a second
+    worker takes the partition over and answers; the first resumes, finishes, and is fenced: the question
+    is answered once, and both workers stay up. Then the second is killed -9 mid-question: answered once."""
+    qid = unique("q-slow")
+    answer_env.ask(_question(qid, f"{SLOW}: what happened?", mode=Mode.AGENTIC))
+    assert answer_env.master.slow_started.wait(90), "the first worker never asked the master"
+    os.kill(worker.pid(), signal.SIGSTOP)
+    second = None
+    try:
+        second = answer_env.spawn(1)  # joins the group; the paused one is expelled when its session expires
+        assert len(answer_env.answers(qid, timeout=120)) == 1
+    finally:
+        answer_env.master.release.set()
+        os.kill(worker.pid(), signal.SIGCONT)
+    try:
+        # The resumed worker sends its (late) answer: fenced, so never committed.
+        assert len(answer_env.answers(qid, want=2, timeout=30)) == 1
+        assert _alive(worker) and _alive(second)
+
+        killed = unique("q-killed")
+        answer_env.master.release.clear()
+        answer_env.master.slow_calls = 0
+        answer_env.master.slow_started.clear()
+        answer_env.ask(_question(killed, f"{SLOW}: and then?", mode=Mode.AGENTIC))
+        assert answer_env.master.slow_started.wait(90)
+        for process in (worker, second):  # whichever holds it now, kill -9 both mid-question
+            os.kill(process.pid(), signal.SIGKILL)
+        answer_env.master.release.set()
+        third = answer_env.spawn(2)
+        try:
+            assert len(answer_env.answers(killed, want=2, timeout=60)) == 1
+        finally:
+            third.stop()
+    finally:
+        if second is not None:
+            second.stop()
