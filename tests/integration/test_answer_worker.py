@@ -17,12 +17,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer
+from psycopg import sql
 from pydantic import SecretStr
 
 from epistream.client import produce_raw
 from epistream.contracts import Answer, DeadLetter, Mode, Question
+from epistream.db import database_url
 from epistream.kafka_io import ensure_topics
 from epistream.readiness import port_open
 from epistream.settings import Settings
@@ -34,7 +37,9 @@ from .conftest import drop_database, own_database, read_topic
 pytestmark = pytest.mark.integration
 
 BASE_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) + 20  # beside the test stack's ports
-NUL_TRAP = "NUL-TRAP"  # the master calls a tool with a NUL in its query: psycopg refuses it (DataError)
+# The master calls a tool while the application role has lost its read rights on the memory (an
+# operator's mistake): psycopg raises InsufficientPrivilege, neither the project's error nor transient.
+TRAP = "PRIVILEGE-TRAP"
 SLOW = "SLOW-QUESTION"  # the first master call for it blocks until the test releases it
 
 
@@ -48,8 +53,8 @@ class Master:
 
     def __call__(self, body: dict) -> tuple[int, str]:
         text = json.dumps(body["messages"])
-        if NUL_TRAP in text and "Result of lexical_retrieve" not in text:
-            return 200, json.dumps({"tool": "lexical_retrieve", "arguments": {"query": "ferry\u0000boat"}})
+        if TRAP in text and "Result of lexical_retrieve" not in text:
+            return 200, json.dumps({"tool": "lexical_retrieve", "arguments": {"query": "ferry boat"}})
         if SLOW in text:
             self.slow_calls += 1
             if self.slow_calls == 1:
@@ -139,18 +144,31 @@ def test_a_question_at_the_end_of_the_calendar_is_answered_and_the_worker_keeps_
     assert worker.pid() == pid and _alive(worker)
 
 
+def _memory_readable(settings: Settings, readable: bool) -> None:
+    """Grant or revoke the application role's reads on the memory tables of this test's own database."""
+    verb = "GRANT SELECT ON memory.gists, memory.turns TO {}" if readable else \
+        "REVOKE SELECT ON memory.gists, memory.turns FROM {}"
+    with psycopg.connect(database_url(settings), autocommit=True) as conn:
+        conn.execute(sql.SQL(verb).format(sql.Identifier(settings.db_role)))
+
+
 def test_a_question_that_trips_an_unexpected_error_is_answered_failed_once_and_the_next_one_answered(
         answer_env, worker, unique):
     pid = worker.pid()
     trap, after = unique("q-trap"), unique("q-after")
-    answer_env.ask(_question(trap, f"{NUL_TRAP}: which ferry?", mode=Mode.AGENTIC))
+    _memory_readable(answer_env.settings, False)
+    try:
+        answer_env.ask(_question(trap, f"{TRAP}: which ferry?", mode=Mode.AGENTIC))
+        failed = answer_env.answers(trap)
+    finally:
+        _memory_readable(answer_env.settings, True)
     answer_env.ask(_question(after, "Which ferry did Maya take?", mode=Mode.AGENTIC))
     answered = answer_env.answers(after)
     assert len(answered) == 1 and answered[0].error is None
     failed = answer_env.answers(trap, want=2, timeout=5)  # the one answer, and time for a second to show up
-    assert len(failed) == 1 and failed[0].abstained and failed[0].error.startswith("DataError")
+    assert len(failed) == 1 and failed[0].abstained and failed[0].error.startswith("InsufficientPrivilege")
     letters = answer_env.letters(trap)
-    assert [(letter.stage, letter.error_class) for letter in letters] == [("answer", "DataError")]
+    assert [(letter.stage, letter.error_class) for letter in letters] == [("answer", "InsufficientPrivilege")]
     assert Question.from_bytes(letters[0].original_value()).question_id == trap
     assert worker.pid() == pid and _alive(worker)
 

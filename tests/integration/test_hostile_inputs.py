@@ -24,7 +24,7 @@ from .scripted_worker import scripted_worker
 
 pytestmark = pytest.mark.integration
 
-METRICS_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) + 20  # beside the test stack's ports
+METRICS_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) + 30  # beside the test stack's ports
 
 
 def _script(body: dict) -> tuple[int, str]:
