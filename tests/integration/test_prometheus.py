@@ -57,11 +57,13 @@ def target_health(port: int) -> dict[str, str]:
     return {t["labels"]["job"]: t["health"] for t in prometheus_server.targets(port)}
 
 
-def test_both_workers_and_the_supervisor_are_scraped(prometheus):
-    wanted = {"epistream-ingest": "up", "epistream-answer": "up", "epistream-supervisor": "up"}
+def test_every_worker_and_the_supervisor_are_scraped(prometheus):
+    wanted = {"epistream-ingest": "up", "epistream-enrich": "up", "epistream-answer": "up",
+              "epistream-supervisor": "up"}
     wait_for(lambda: target_health(prometheus) == wanted, timeout=60, what=f"targets {wanted}")
     wait_for(lambda: value(prometheus, 'up{job="epistream-ingest"}') == 1, timeout=30, what="ingest worker up")
     assert value(prometheus, 'up{job="epistream-answer"}') == 1
+    assert value(prometheus, 'up{job="epistream-enrich"}') == 1
     assert value(prometheus, 'epistream_supervisor_service_up{service="worker-ingest"}') == 1
 
 

@@ -26,7 +26,7 @@ from .helpers import make_turns
 
 pytestmark = [pytest.mark.integration, pytest.mark.disruptive]
 
-SERVICES = ["worker-ingest", "worker-answer", "model-server", "postgres", "kafka"]
+SERVICES = ["worker-ingest", "worker-enrich", "worker-answer", "model-server", "postgres", "kafka"]
 
 
 def _retrying(what: str, call, timeout_s: float = 240.0):  # type: ignore[no-untyped-def]
