@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in WORKER_ENV.items():
         os.environ.setdefault(name, value)
     settings = Settings()
+    # The workers must run with WORKER_ENV (small segments, quick idle closes): a stack already up
+    # keeps the settings it was started with, so stop it first (`epistream down`) if it was not.
     print(f"starting the stack under {settings.state_dir} (idempotent)")
     for row in services.up(settings):
         print(f"  up   {row.name:<15} {row.detail}")
@@ -59,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for scenario in chosen:
             results.append(run_scenario(settings, url, run_id, scenario, size, durations, settle.Limits()))
+            # After each scenario: a run cut short still leaves the figures of the scenarios it finished.
+            report.write(args.out, report.build(ROOT, {"quick": args.quick, "only": args.only, "run_id": run_id,
+                                                       "partial": True}, results, None))
         hostile = None
         if not args.no_hostile and (not args.only or "hostile" in args.only):
             settle.wait_healthy(settings, timeout_s=600)
