@@ -25,9 +25,9 @@ from epistream.kafka_io import (
     Outgoing,
     PartitionProducers,
     TopicDirectory,
-    consumer_lag,
     dead_letter,
     publish_transaction,
+    report_lag,
     worker_client_id,
 )
 from epistream.metrics import Metrics
@@ -215,12 +215,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
 
 async def _report_lag(settings: Settings, metrics: Metrics, stop: asyncio.Event, every_s: float = 5.0) -> None:
     while not stop.is_set():
-        try:
-            lag = await consumer_lag(settings, settings.answer_group, [settings.topic_questions])
-            for topic, value in lag.items():
-                metrics.consumer_lag.labels(settings.answer_group, topic).set(value)
-        except Exception as exc:  # telemetry only: never stop answering for it
-            log.debug("consumer lag unavailable: %s", exc)
+        await report_lag(settings, metrics, settings.answer_group, [settings.topic_questions])
         await asyncio.sleep(every_s)
 
 

@@ -372,6 +372,17 @@ async def consumer_lag(settings: Settings, group: str, topics: list[str]) -> dic
     return lag
 
 
+async def report_lag(settings: Settings, metrics: Metrics, group: str, topics: list[str]) -> None:
+    """Set `group`'s lag gauges; lag is best-effort telemetry, never a reason to stop a worker."""
+    try:
+        lag = await consumer_lag(settings, group, topics)
+    except Exception as exc:
+        log.debug("consumer lag unavailable: %s", exc)
+        return
+    for topic, value in lag.items():
+        metrics.consumer_lag.labels(group, topic).set(value)
+
+
 # --- topic administration: per-run topics, offsets, deleting records ----------------------------
 
 

@@ -12,7 +12,7 @@ from mode import Service
 from psycopg_pool import AsyncConnectionPool
 
 from epistream.embeddings import Embedder
-from epistream.kafka_io import consumer_lag, worker_client_id
+from epistream.kafka_io import report_lag, worker_client_id
 from epistream.metrics import Metrics
 from epistream.resources import Resources
 from epistream.settings import Settings
@@ -102,8 +102,9 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         # reason. noack_take, not take_events: take_events acks a batch in its `finally`, even when
         # the body raised or was cancelled; here each event is acked only once stored or dead-lettered.
         async for events in stream.noack_take(settings.ingest_batch, within=settings.ingest_batch_within_s):
-            await settle(events, to_record=_record, ingest=ingest_records, send_dead=send_dead, publish=publish,
-                         ack=stream.ack, metrics=metrics, max_request_size=app.conf.producer_max_request_size)
+            await settle(events, to_record=RawRecord.from_faust, ingest=ingest_records, send_dead=send_dead,
+                         publish=publish, ack=stream.ack, metrics=metrics,
+                         max_request_size=app.conf.producer_max_request_size)
 
     async def send_close(key: bytes, value: bytes) -> None:
         delivery = await turns_topic.send(key=key, value=value)
@@ -120,30 +121,11 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         # A failed round (PostgreSQL restarting, the broker away) is logged and counted, never raised:
         # an exception in a Faust timer stops the worker.
         await housekeeping.guarded("housekeeping", housekeeping_round, metrics)
-        await _report_lag()
+        await report_lag(settings, metrics, settings.indexer_group, [settings.topic_turns])
 
-    async def _report_lag() -> None:
-        try:
-            lag = await consumer_lag(settings, settings.indexer_group, [settings.topic_turns])
-        except Exception as exc:  # lag is best-effort telemetry, never a reason to stop indexing
-            log.debug("consumer lag unavailable: %s", exc)
-            return
-        for topic, value in lag.items():
-            metrics.consumer_lag.labels(settings.indexer_group, topic).set(value)
 
     return app
 
-
-def _record(event: faust.types.EventT) -> RawRecord:
-    message = event.message
-    return RawRecord(
-        topic=message.topic,
-        partition=message.partition,
-        offset=message.offset,
-        key=message.key,
-        value=message.value,
-        timestamp_ms=int(message.timestamp * 1000) if message.timestamp else None,
-    )
 
 
 def run_worker(settings: Settings) -> None:

@@ -13,7 +13,7 @@ from mode import Service
 
 from epistream.contracts import Segment, decode
 from epistream.errors import ContractError
-from epistream.kafka_io import consumer_lag, dead_letter, worker_client_id
+from epistream.kafka_io import dead_letter, report_lag, worker_client_id
 from epistream.metrics import Metrics
 from epistream.resources import Resources
 from epistream.retry import Backoff
@@ -93,7 +93,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         # dead-lettered: a worker stopped while a database step is retried leaves it unacknowledged.
         manual = stream.noack()
         async for event in manual.events():
-            record = _record(event)
+            record = RawRecord.from_faust(event)
             try:
                 segment = decode(record.value, Segment, what="memory.segments event")
             except ContractError as exc:
@@ -119,26 +119,11 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
             await retry_waiting(resources.deps, on_failed=dead)
         except Exception:  # the next tick retries; a timer that raises would stop the worker
             log.exception("retrying waiting segments failed")
-        await _report_lag()
+        await report_lag(settings, metrics, settings.enrich_group, [settings.topic_segments])
 
-    async def _report_lag() -> None:
-        try:
-            lag = await consumer_lag(settings, settings.enrich_group, [settings.topic_segments])
-        except Exception as exc:  # lag is best-effort telemetry
-            log.debug("consumer lag unavailable: %s", exc)
-            return
-        for topic, value in lag.items():
-            metrics.consumer_lag.labels(settings.enrich_group, topic).set(value)
 
     return app
 
-
-def _record(event: faust.types.EventT) -> RawRecord:
-    message = event.message
-    return RawRecord(
-        topic=message.topic, partition=message.partition, offset=message.offset, key=message.key,
-        value=message.value, timestamp_ms=int(message.timestamp * 1000) if message.timestamp else None,
-    )
 
 
 def run_worker(settings: Settings) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -14,6 +15,14 @@ class RawRecord:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int | None = None
+
+    @classmethod
+    def from_faust(cls, event: Any) -> RawRecord:
+        """The record behind a Faust event (its message as consumed)."""
+        message = event.message
+        return cls(topic=message.topic, partition=message.partition, offset=message.offset, key=message.key,
+                   value=message.value,
+                   timestamp_ms=int(message.timestamp * 1000) if message.timestamp else None)
 
     @property
     def produced_at(self) -> datetime | None:
