@@ -200,7 +200,8 @@ class EnrichOutcome:
     enriched: bool
     error: Exception | None = None
     counts: memory.StoreCounts | None = None
-    #: enriched, done (already), forgotten, waiting (for the model), failed (dead-letter `error`)
+    #: enriched, done (already), forgotten, stale (a turn corrected since it was sent), waiting (for the model),
+    #: failed (dead-letter `error`)
     status: str = "enriched"
     #: characters of turn text cut to fit the model's context
     truncated_chars: int = 0
@@ -264,7 +265,7 @@ async def enrich_segment(segment: Segment, deps: EnrichDeps) -> EnrichOutcome:
     skip = await _db(lambda: _with_conn(deps, lambda conn: memory.skip_reason(conn, segment, ENRICH_PROMPT.version)),
                      "checking the segment")
     if skip is not None:
-        # Spare the model: a forgotten conversation, or a redelivery of a segment already enriched.
+        # Spare the model: a forgotten conversation, a redelivery of a segment already enriched, a stale message.
         deps.metrics.segments_enriched.labels(skip).inc()
         return EnrichOutcome(segment.segment_id, skip == "done", status=skip)
     fitted = fit_segment(segment, deps.settings)
@@ -284,9 +285,9 @@ async def enrich_segment(segment: Segment, deps: EnrichDeps) -> EnrichOutcome:
     except Exception as exc:  # not transient (those were retried): this segment cannot be stored as it is
         return await _fail(segment, deps, exc)
     metrics = deps.metrics
-    if counts is None:
-        metrics.segments_enriched.labels("forgotten").inc()
-        return EnrichOutcome(segment.segment_id, False, status="forgotten")
+    if isinstance(counts, str):  # forgotten, or stale: nothing was stored
+        metrics.segments_enriched.labels(counts).inc()
+        return EnrichOutcome(segment.segment_id, False, status=counts)
     metrics.segments_enriched.labels("enriched").inc()
     metrics.enrich_seconds.observe(time.perf_counter() - started)
     for kind, n in (("gist", counts.gists), ("fact", counts.facts), ("mention", counts.mentions)):

@@ -5,6 +5,7 @@ that segment produced before, so a replay yields the same rows, never more."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from psycopg import AsyncConnection
@@ -73,6 +74,9 @@ WHERE tenant = %s AND segment_id = %s AND status <> 'enriched'
 """
 WAITING = "SELECT tenant, segment_id FROM memory.waiting_segments(%s)"
 SEGMENT_STATUS = "SELECT status, prompt_version FROM memory.segments WHERE tenant = %s AND segment_id = %s"
+STORED_TURNS = """
+SELECT turn_id, speaker, text, ts FROM memory.turns WHERE tenant = %s AND conversation_id = %s AND turn_id = ANY(%s)
+"""
 SIMILAR_CANDIDATES = 10
 
 
@@ -110,22 +114,37 @@ async def _entity(conn: AsyncConnection, segment: Segment, normalized: str, surf
     return ident
 
 
+async def _is_stale(conn: AsyncConnection, segment: Segment) -> bool:
+    """Whether a turn of the message was corrected since it was sent: the rebuilt segment's own message
+    carries the new text, and this one must not be stored over it."""
+    cur = await conn.execute(STORED_TURNS, (segment.tenant, segment.conversation_id, [t.turn_id for t in segment.turns]))
+    stored = {r[0]: (r[1], r[2], r[3]) for r in await cur.fetchall()}
+    # Only a turn stored with other content counts: a missing one is a forget's business (tombstones),
+    # and calling it stale would leave the segment pending with nothing to enrich it.
+    return any(t.turn_id in stored and stored[t.turn_id] != (t.speaker, t.text, t.ts) for t in segment.turns)
+
+
 async def skip_reason(conn: AsyncConnection, segment: Segment, prompt_version: str) -> str | None:
-    """Why a delivered segment needs no model call: "forgotten" (its row is gone) or "done" (already
-    enriched by this prompt version, e.g. a redelivery after a crash); None when it must be enriched."""
+    """Why a delivered segment needs no model call: "forgotten" (its row is gone), "done" (already
+    enriched by this prompt version, e.g. a redelivery after a crash) or "stale" (a turn in it was
+    corrected since it was sent); None when it must be enriched."""
     async with tenant_scope(conn, segment.tenant):
         cur = await conn.execute(SEGMENT_STATUS, (segment.tenant, segment.segment_id))
         row = await cur.fetchone()
-    if row is None:
-        return "forgotten"
-    return "done" if row[0] == "enriched" and row[1] == prompt_version else None
+        if row is None:
+            return "forgotten"
+        if row[0] == "enriched" and row[1] == prompt_version:
+            return "done"
+        return "stale" if await _is_stale(conn, segment) else None
 
 
 async def store_enrichment(
     conn: AsyncConnection, segment: Segment, enrichment: Enrichment, vectors: np.ndarray, *,
     settings: Settings, prompt_version: str,
-) -> StoreCounts | None:
-    """`vectors` rows: the summary, then each gist, then each entity (in `enrichment.entities` order)."""
+) -> StoreCounts | Literal["forgotten", "stale"]:
+    """`vectors` rows: the summary, then each gist, then each entity (in `enrichment.entities` order).
+    Nothing is stored for a forgotten conversation, or for a message a correction made stale while the
+    model read it (the segment row's lock orders this against the correction's rebuild)."""
     tenant, sid = segment.tenant, segment.segment_id
     summary_vector = vectors[0]
     gist_vectors = vectors[1 : 1 + len(enrichment.gists)]
@@ -134,10 +153,12 @@ async def store_enrichment(
     async with tenant_scope(conn, tenant):
         # Holds off a concurrent forget until this commits; a forget that came first left a tombstone.
         if is_forgotten(await guard(conn, tenant, [segment.conversation_id]), segment.conversation_id):
-            return None
+            return "forgotten"
         cur = await conn.execute(LOCK_SEGMENT, (tenant, sid))
         if await cur.fetchone() is None:
-            return None  # forgotten since it was closed: nothing to store
+            return "forgotten"  # since it was closed: nothing to store
+        if await _is_stale(conn, segment):
+            return "stale"
         await graph.delete_segment(conn, tenant, sid)
         await conn.execute(DELETE_FACTS, (tenant, sid))
         await conn.execute(DELETE_GISTS, (tenant, sid))

@@ -5,9 +5,11 @@ reason, never leave it silently pending; oversize segments are fitted to the mod
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import socket
+import threading
 import time
 from datetime import datetime
 
@@ -248,3 +250,64 @@ async def test_a_segment_over_the_model_context_is_truncated_deliberately_and_en
     assert outcome.status == "enriched" and outcome.truncated_chars > 0
     assert "[... truncated" in prompt and "I wrote a very long story." in prompt
     assert [s for _, s, _ in _status(db_url, tenant)] == ["enriched"]
+
+
+async def _correct(pool, embedder, turn, text: str) -> None:
+    """A correction of a stored turn (same id, new text), as the ingest worker applies it."""
+    corrected = turn.model_copy(update={"text": text})
+    await ingest_batch([RawRecord("memory.turns", 0, 999, None, corrected.to_bytes(), None)], pool=pool,
+                       embedder=embedder, metrics=Metrics.create(), segmenter=SegmenterConfig(max_tokens=1_000_000))
+
+
+async def test_a_segment_message_older_than_a_correction_is_not_enriched(postgres, pool, embedder, db_url, unique):
+    """Defect 7: the message was sent before a turn in it was corrected; its text is stale, so it must not mark
+    the segment enriched (the rebuilt segment's own message will)."""
+    tenant = unique("tenant")
+    segment, turns = seed_segment(tenant, unique("conv"))
+    await _store(pool, embedder, segment, turns)
+    await _correct(pool, embedder, turns[0], "Actually I moved to Porto, not Lisbon.")
+    with ScriptedLLM(scripted_reply) as server:
+        outcome = await enrich_segment(segment, _deps(postgres, pool, embedder, server.base_url))
+        assert server.requests == []  # spared: the model would have read the old text
+    assert outcome.status == "stale" and not outcome.enriched
+    assert [s for _, s, _ in _status(db_url, tenant)] == ["pending"]
+
+
+async def test_a_correction_committed_while_the_model_reads_leaves_the_segment_to_be_enriched_again(
+        postgres, pool, embedder, db_url, unique):
+    """Defect 7, the race: the correction lands after the check but before the store; the old enrichment is
+    dropped, nothing of it is stored, and the segment stays pending for the rebuilt message."""
+    tenant = unique("tenant")
+    segment, turns = seed_segment(tenant, unique("conv"))
+    await _store(pool, embedder, segment, turns)
+
+    def correcting_reply(body: dict) -> tuple[int, str]:
+        def correct() -> None:  # on its own loop: the test's loop is awaiting this very reply
+            asyncio.run(_correct_with_own_pool(postgres, embedder, turns[0], "Actually I moved to Porto."))
+
+        worker = threading.Thread(target=correct)
+        worker.start()
+        worker.join()
+        return scripted_reply(body)
+
+    with ScriptedLLM(correcting_reply) as server:
+        outcome = await enrich_segment(segment, _deps(postgres, pool, embedder, server.base_url))
+    assert outcome.status == "stale" and not outcome.enriched
+    assert [s for _, s, _ in _status(db_url, tenant)] == ["pending"]
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM memory.gists WHERE tenant = %s", (tenant,)).fetchone()[0] == 0
+    corrected = segment.turns[0].model_copy(update={"text": "Actually I moved to Porto."})
+    fresh = segment.model_copy(update={"turns": [corrected, *segment.turns[1:]]})
+    with ScriptedLLM(scripted_reply) as server:
+        assert (await enrich_segment(fresh, _deps(postgres, pool, embedder, server.base_url))).status == "enriched"
+
+
+async def _correct_with_own_pool(settings, embedder, turn, text: str) -> None:
+    from epistream.db import create_pool
+
+    own = create_pool(settings)
+    await own.open(wait=True)
+    try:
+        await _correct(own, embedder, turn, text)
+    finally:
+        await own.close()

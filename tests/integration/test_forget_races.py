@@ -350,7 +350,7 @@ async def test_surviving_entities_keep_only_the_names_the_surviving_conversation
         for axis, (segment, entities, facts) in enumerate(steps):
             await _add_segment_row(pool, segment)
             enrichment, vectors = _enrichment(segment, entities, facts, axis=2 * axis)
-            assert await _store(pool, postgres, segment, enrichment, vectors) is not None
+            assert isinstance(await _store(pool, postgres, segment, enrichment, vectors), memory.StoreCounts)
         cur = await observer.execute("SELECT name, aliases FROM memory.entities WHERE tenant = %s ORDER BY name",
                                      (tenant,))
         assert await cur.fetchall() == [("Alice Smith", ["Alice Smyth"]), ("Bob", ["Bobby"]), ("Rex", [])]
@@ -388,7 +388,7 @@ async def test_surviving_entities_keep_only_the_names_the_surviving_conversation
         later = _segment(tenant, kept, 1, ["Ana"])
         await _add_segment_row(pool, later)
         enrichment, vectors = _enrichment(later, {"alice smith": ("Alice Smith", _unit((30, 1.0)))}, [], axis=8)
-        assert await _store(pool, postgres, later, enrichment, vectors) is not None
+        assert isinstance(await _store(pool, postgres, later, enrichment, vectors), memory.StoreCounts)
         cur = await observer.execute("SELECT name, aliases FROM memory.entities WHERE tenant = %s ORDER BY name",
                                      (tenant,))
         assert await cur.fetchall() == [("Alice Smyth", []), ("Bob", [])]
