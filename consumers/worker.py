@@ -22,11 +22,13 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from epistream.contracts import Answer, Question, decode
 from epistream.errors import PermanentError, is_transient
 from epistream.kafka_io import (
+    DEFAULT_MAX_REQUEST_SIZE,
     Outgoing,
     PartitionProducers,
     TopicDirectory,
     dead_letter,
     publish_transaction,
+    record_size,
     report_lag,
     worker_client_id,
 )
@@ -99,9 +101,31 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
         answer = failed_answer(question, exc, started)
         deps.metrics.questions_answered.labels(answer.mode.value, "failed").inc()
         await dead_letter(letter, deps.metrics, record, stage=STAGE, error=exc)
-    outcome.messages.insert(0, (destination, question.question_id.encode(), answer.to_bytes()))
+    key = question.question_id.encode()
+    outcome.messages.insert(0, (destination, key, fit_answer(answer, key).to_bytes()))
     outcome.answer = answer
     return outcome
+
+
+def fit_answer(answer: Answer, key: bytes, limit: int = DEFAULT_MAX_REQUEST_SIZE) -> Answer:
+    """The answer as one Kafka message can carry it: an answer over the limit would fail its send on
+    every retry, so evidence is dropped from the end until it fits (and, were that not enough, the
+    answer's text is cut), with a warning that says how much went."""
+    def size(candidate: Answer) -> int:
+        return record_size(key, candidate.to_bytes())
+
+    if size(answer) <= limit:
+        return answer
+    fitted, evidence = answer, list(answer.evidence)
+    while evidence and size(fitted) > limit:
+        evidence.pop()
+        fitted = answer.model_copy(update={"evidence": list(evidence)})
+    if size(fitted) > limit:
+        over = size(fitted) - limit
+        fitted = fitted.model_copy(update={"answer": fitted.answer[: max(0, len(fitted.answer) - over - 64)] + " [cut]"})
+    log.warning("answer to %s was %d bytes, over the %d-byte message limit: %d of %d evidence items kept",
+                answer.question_id, size(answer), limit, len(fitted.evidence), len(answer.evidence))
+    return fitted
 
 
 class AnswerLoop:

@@ -49,11 +49,21 @@ def is_transient(exc: BaseException) -> bool:
     # Imported here so the exception tree stays importable without the client libraries.
     import openai
     import psycopg
-    from aiokafka.errors import KafkaError
+    from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError
 
     if isinstance(exc, (psycopg.OperationalError, psycopg.errors.SerializationFailure,
                         psycopg.errors.DeadlockDetected)):
         return True  # the database went away, or a transaction lost a race: nothing was written
+    if isinstance(exc, (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedObject,
+                        psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName,
+                        psycopg.errors.InvalidCatalogName, psycopg.errors.InsufficientPrivilege,
+                        psycopg.errors.InvalidAuthorizationSpecification)):
+        # The deployment lacks a table, an extension or a right. Every bound parameter's type is fixed by
+        # the contracts, so no record's content raises these: wait for the operator (the lag alert fires)
+        # rather than dead-letter every record that meets them.
+        return True
+    if isinstance(exc, (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooLargeError)):
+        return False  # this message will never fit: the caller must send less
     if isinstance(exc, KafkaError):
         return True  # the broker is unreachable or rebalancing: the offset is not committed yet
     if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):

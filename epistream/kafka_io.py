@@ -256,8 +256,8 @@ def letter_key(key: bytes | None) -> bytes | None:
     return hashlib.sha256(key).hexdigest().encode()
 
 
-def _record_size(key: bytes | None, value: bytes) -> int:
-    # The producer's own estimate, the one it checks against max_request_size.
+def record_size(key: bytes | None, value: bytes) -> int:
+    """A message's size as the producer estimates it, the one it checks against max_request_size."""
     return DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, [])
 
 
@@ -295,16 +295,16 @@ def build_dead_letter(
         **_fingerprint("key", key),
     )
     sent_key = letter_key(key)
-    if _record_size(sent_key, letter.to_bytes()) <= max_request_size:
+    if record_size(sent_key, letter.to_bytes()) <= max_request_size:
         return letter
     # Too big: measure the letter without the original bytes, then give them what room is left.
     for part, raw in (("value", value), ("key", key)):
         if raw is None:
             continue
         bare = letter.model_copy(update={f"{part}_b64": "", f"{part}_truncated": True})
-        room = max_request_size - _record_size(sent_key, bare.to_bytes())
+        room = max_request_size - record_size(sent_key, bare.to_bytes())
         letter = bare.model_copy(update={f"{part}_b64": DeadLetter.encode(_prefix_fitting(raw, room))})
-        if _record_size(sent_key, letter.to_bytes()) <= max_request_size:
+        if record_size(sent_key, letter.to_bytes()) <= max_request_size:
             return letter
     return letter
 

@@ -208,3 +208,37 @@ def test_pooled_connections_killed_by_the_server_are_replaced_not_handed_out(pos
             await pool.close()
 
     assert asyncio.run(go()) == 1
+
+
+def test_an_error_no_record_can_cause_holds_the_batch_until_it_clears_instead_of_dead_lettering_it(
+        postgres, db_url, unique, embedder):
+    """A lost privilege (or a missing table) would fail every record alike: the batch waits for the operator
+    and is stored once the grant is back, with nothing dead-lettered."""
+    from psycopg import sql
+
+    from epistream.db import create_pool
+
+    tenant, conversation = unique("tenant"), unique("conv")
+    grant = sql.Identifier(postgres.db_role)
+
+    async def go() -> object:
+        pool = create_pool(postgres)
+        await pool.open(wait=True)
+        try:
+            with psycopg.connect(db_url, autocommit=True) as admin:
+                admin.execute(sql.SQL("REVOKE INSERT ON memory.turns FROM {}").format(grant))
+                try:
+                    batch = asyncio.create_task(ingest_batch(
+                        records([turn(tenant, conversation, 1).to_bytes()]), pool=pool, embedder=embedder,
+                        metrics=Metrics.create(), segmenter=CONFIG, max_backoff_s=0.2))
+                    await asyncio.sleep(3.0)
+                    assert not batch.done(), "the batch gave up on an error that waiting can fix"
+                finally:
+                    admin.execute(sql.SQL("GRANT INSERT ON memory.turns TO {}").format(grant))
+            return await asyncio.wait_for(batch, 60)
+        finally:
+            await pool.close()
+
+    result = asyncio.run(go())
+    assert result.dead == [] and result.outcomes == ["inserted"]
+    assert [turn_id for turn_id, _ in stored(db_url, tenant)] == ["t001"]

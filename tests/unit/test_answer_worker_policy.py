@@ -101,3 +101,23 @@ def test_the_topic_directory_caches_known_topics_and_refreshes_on_a_miss(age, li
         return len(calls)
 
     assert asyncio.run(go()) == listed + 1
+
+
+def test_an_answer_over_the_message_limit_is_sent_with_the_evidence_that_fits(monkeypatch):
+    """An answer Kafka would refuse fails its send on every retry: the worker sends what fits instead."""
+    from datetime import UTC, datetime
+
+    from epistream.contracts import Evidence
+
+    async def verbose(question, deps):
+        quote = "q" * 300_000
+        evidence = [Evidence(conversation_id="c", turn_ids=[f"t{i}"], quote=quote, time=datetime.now(UTC))
+                    for i in range(5)]
+        return worker.failed_answer(question, RuntimeError("x"), 0.0).model_copy(
+            update={"answer": "Lisbon.", "error": None, "abstained": False, "evidence": evidence})
+
+    outcome = _run(_record(_question()), monkeypatch, verbose)
+    ((topic, key, value),) = outcome.messages
+    answer = Answer.from_bytes(value)
+    assert topic == SETTINGS.topic_answers and len(value) < 1_000_000
+    assert answer.answer == "Lisbon." and [e.turn_ids for e in answer.evidence] == [["t0"], ["t1"], ["t2"]]

@@ -11,7 +11,7 @@ import httpx
 import openai
 import psycopg
 import pytest
-from aiokafka.errors import KafkaConnectionError, NodeNotReadyError
+from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError, NodeNotReadyError, RecordTooLargeError
 
 from consumers.prompts import AssistantReply
 from epistream.contracts import DeadLetter, Question, Segment, SegmentCloseRequest, Turn, decode
@@ -103,6 +103,15 @@ def status_error(code: int) -> openai.APIStatusError:
     openai.RateLimitError("busy", response=httpx.Response(429, request=REQUEST), body=None),
     status_error(500),
     status_error(503),
+    # No record can cause these: the deployment lacks a table, a column, an extension or a right.
+    # Waiting for the operator beats dead-lettering every record that meets them.
+    psycopg.errors.UndefinedTable('relation "memory.turns" does not exist'),
+    psycopg.errors.UndefinedColumn("column does not exist"),
+    psycopg.errors.UndefinedFunction("function ag_catalog.cypher does not exist"),
+    psycopg.errors.UndefinedObject('type "vector" does not exist'),
+    psycopg.errors.InvalidSchemaName('schema "memory" does not exist'),
+    psycopg.errors.InsufficientPrivilege("permission denied for table turns"),
+    psycopg.errors.InvalidPassword("password authentication failed"),
 ])
 def test_what_waiting_can_fix_is_transient(exc):
     assert is_transient(exc)
@@ -117,6 +126,9 @@ def test_what_waiting_can_fix_is_transient(exc):
     psycopg.IntegrityError("duplicate"),
     status_error(400),
     status_error(404),
+    psycopg.errors.SyntaxError("syntax error"),  # our own SQL is wrong: retrying cannot fix it
+    MessageSizeTooLargeError(),  # this message will never fit, however long the worker waits
+    RecordTooLargeError(),
 ])
 def test_what_the_same_input_fails_again_is_not(exc):
     assert not is_transient(exc)
