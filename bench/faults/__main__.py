@@ -17,7 +17,7 @@ from pathlib import Path
 
 from epistream.db import database_url
 from epistream.settings import Settings
-from infra import services
+from infra import services, supervisor
 
 from . import report, settle, workload
 from .hostile import run_hostile
@@ -42,13 +42,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def settings_the_running_stack_lacks(settings: Settings) -> list[str]:
+    """WORKER_ENV settings a running supervisor was started without (it records its children's settings)."""
+    if supervisor.supervisor_pid(settings.state_dir) is None:
+        return []
+    running = supervisor.read_state(settings.state_dir).get("settings", {})
+    wanted = settings.model_dump(mode="json")
+    names = [env.removeprefix("EPISTREAM_").lower() for env in WORKER_ENV]
+    return [f"{name}={running.get(name)!r}, wanted {wanted[name]!r}" for name in names if running.get(name) != wanted[name]]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     for name, value in WORKER_ENV.items():
         os.environ.setdefault(name, value)
     settings = Settings()
     # The workers must run with WORKER_ENV (small segments, quick idle closes): a stack already up
-    # keeps the settings it was started with, so stop it first (`epistream down`) if it was not.
+    # keeps the settings it was started with, and would make every scenario wait on its idle closes.
+    if mismatched := settings_the_running_stack_lacks(settings):
+        print(f"a stack is running under {settings.state_dir} with other settings ({'; '.join(mismatched)}): "
+              "stop it first (`epistream down`)", file=sys.stderr)
+        return 2
     print(f"starting the stack under {settings.state_dir} (idempotent)")
     for row in services.up(settings):
         print(f"  up   {row.name:<15} {row.detail}")

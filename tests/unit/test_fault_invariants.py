@@ -80,3 +80,24 @@ def test_a_question_answered_twice_is_a_duplicate():
     counts = Counts()
     assert not check_answers(load, _observed(load, answers=twice), counts).ok and counts.duplicated == 1
     assert check_answers(load, _observed(load, answers=twice[:1]), Counts()).ok
+
+
+def test_the_suite_refuses_a_running_stack_started_without_its_worker_settings(tmp_path, monkeypatch):
+    import json
+    import os
+
+    from bench.faults.__main__ import WORKER_ENV, settings_the_running_stack_lacks
+    from epistream.settings import Settings
+    from infra import supervisor
+
+    for name, value in WORKER_ENV.items():
+        monkeypatch.setenv(name, value)
+    settings = Settings(home=tmp_path)
+    assert settings_the_running_stack_lacks(settings) == []  # nothing runs: the suite starts its own
+    supervisor.pid_file(tmp_path).parent.mkdir(parents=True)
+    supervisor.pid_file(tmp_path).write_text(str(os.getpid()))  # a live supervisor
+    recorded = settings.model_dump(mode="json")
+    supervisor.state_file(tmp_path).write_text(json.dumps({"settings": recorded}))
+    assert settings_the_running_stack_lacks(settings) == []
+    supervisor.state_file(tmp_path).write_text(json.dumps({"settings": {**recorded, "segment_idle_s": 300.0}}))
+    assert settings_the_running_stack_lacks(settings) == ["segment_idle_s=300.0, wanted 3.0"]
