@@ -165,8 +165,14 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
         result[f"{figure}_at_budget_by_category"] = headline[f"{figure}_at_budget_by_category"]
     result["recall_at_pieces"] = headline["recall_at_pieces"]
     result["timings"] = timings
-    result["questions"] = records
+    result["questions"] = [kept_per_question(r) for r in records]
     return result
+
+
+def kept_per_question(record: dict[str, Any]) -> dict[str, Any]:
+    """What the JSON keeps of a question (the summaries hold the means of the rest): its ids and
+    verbatim recall per system and budget."""
+    return {k: record[k] for k in ("key", "sample_id", "category", "evidence", "recall")}
 
 
 def stored_systems(memory, recipes, turns_by_id) -> list[System]:  # type: ignore[no-untyped-def]

@@ -86,6 +86,7 @@ def write_chart(path: Path, result: dict[str, Any]) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     splits = list(result["by_split"])
     fig, axes = plt.subplots(1, len(splits), figsize=(5.5 * len(splits), 4.5), squeeze=False, sharey=True)
@@ -93,14 +94,17 @@ def write_chart(path: Path, result: dict[str, Any]) -> None:
         summary = result["by_split"][split]
         for system, values in summary["recall_at_budget"].items():
             xs = [int(b) for b, v in values.items() if v is not None]
-            ax.plot(xs, [values[str(x)] for x in xs], marker="o", label=system)
+            # Dashed: lines expected to lie on another (ablations; the SQL twin of an offline ranking).
+            dashed = system.endswith("_simple") or system == "dense_turns"
+            ax.plot(xs, [values[str(x)] for x in xs], marker="o", label=system, linestyle="--" if dashed else "-")
         ax.set_xscale("log")
         ax.set_xticks([int(b) for b in result["budgets"]], [str(b) for b in result["budgets"]])
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("token budget")
         ax.set_title(f"{split} ({summary['questions']} questions)")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("evidence recall (verbatim)")
-    axes[0][-1].legend(fontsize=8, loc="lower right")
+    axes[0][-1].legend(fontsize=7, loc="lower right", ncol=2)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
