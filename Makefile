@@ -13,7 +13,7 @@ space := $() $()
 LLAMA_WHEEL_DIR = $(WHEEL_DIR)/$(LLAMA_CPP_VERSION)_$(subst $(space),_,$(subst =,-,$(subst -DGGML_,,$(GGML_PORTABLE_FLAGS))))
 LLAMA_WHEEL = $(LLAMA_WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-py3-none-linux_$(shell uname -m).whl
 
-.PHONY: setup system-deps venv model-wheel python-deps model-files demo test up down status bench eval clean
+.PHONY: setup system-deps venv model-wheel python-deps model-files demo test up down status bench eval eval-budget clean
 
 setup: system-deps $(VENV)/.installed
 
@@ -90,6 +90,13 @@ bench: setup
 EVAL_ARGS ?= ../shared/data/locomo/locomo-dev.json
 eval: setup
 	$(BIN)/python -m bench.locomo_eval $(EVAL_ARGS)
+
+# Evidence recall at equal token budgets, no model and no Kafka (bench/budget_recall.py): the offline
+# baselines and the stored memory's searches on the embedded PostgreSQL, e.g.
+#   make eval-budget BUDGET_ARGS="--split report"
+BUDGET_ARGS ?= ../shared/data/locomo/locomo-dev.json --split all
+eval-budget: setup
+	$(BIN)/python -m bench.budget_recall $(BUDGET_ARGS)
 
 # Keeps the built wheels in $(WHEEL_DIR) (not state, and minutes to rebuild); `rm -rf $(WHEEL_DIR)` drops them.
 clean: down

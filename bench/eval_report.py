@@ -103,6 +103,11 @@ def summarise_recall(per_question: list[dict[str, Any]], ks: list[int]) -> dict[
     }
 
 
+def segment_recall(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The router's recall@k segments (results before issue 12 named it ``router_recall``)."""
+    return result.get("router_recall_at_k_segments") or result.get("router_recall")
+
+
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
@@ -117,11 +122,11 @@ def markdown(result: dict[str, Any]) -> str:
         f"{store.get('unsegmented_turns', '?')} turns still unsegmented); mode `{result['mode']}`, "
         f"model `{result['model']}`."
     )
-    recall = result.get("router_recall")
+    recall = segment_recall(result)
     if recall and recall.get("questions"):
         ks = recall["k"]
-        lines += ["", f"Router evidence recall@k ({recall['questions']} questions with evidence; "
-                      "turns = mean turns the k items hold):", "",
+        lines += ["", f"Router evidence recall@k segments ({recall['questions']} questions with evidence; "
+                      "k counts segments, dense turns count turns; turns = mean turns the k items hold):", "",
                   "| pathway | " + " | ".join(f"R@{k}" for k in ks) + " | " + " | ".join(f"turns@{k}" for k in ks)
                   + " |", "|---|" + "---:|" * (2 * len(ks))]
         for config, figures in recall["overall"].items():
@@ -182,6 +187,12 @@ def markdown(result: dict[str, Any]) -> str:
     unanswered = result.get("unanswered")
     if unanswered:
         lines += ["", f"Not answered within the timeout: {unanswered} question(s) (scored as abstentions)."]
+    if result.get("recall_at_budget"):
+        from .budget_report import table
+
+        lines += ["", table({"questions": result["recall_at_budget_questions"],
+                             "recall_at_budget": result["recall_at_budget"]},
+                            title="Evidence recall at equal token budgets (verbatim turns)")]
     for note in result.get("notes", []):
         lines += ["", f"Note: {note}"]
     return "\n".join(lines)
@@ -189,7 +200,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 def write_chart(path: Path, result: dict[str, Any]) -> None:
     systems = {name: s for name, s in result.get("systems", {}).items() if s}
-    recall = result.get("router_recall") or {}
+    recall = segment_recall(result) or {}
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
     colors = {"epistream": "#d62728", "full_context": "#1f77b4", "dense_top_k": "#2ca02c"}
     if systems:

@@ -38,7 +38,7 @@ from epistream.readiness import StoreState, WaitTimeout, store_state_async, wait
 from epistream.settings import JsonMode, Settings
 from epistream.sources import LocomoQA, LocomoSample, load_locomo
 
-from . import eval_report
+from . import budget_recall, eval_report
 from .eval_metrics import ADVERSARIAL, recall_at_k, sample_by_category, score_answer, union_turns
 from .ingest import wait_for_rows
 from .stack import stale_worker_sources
@@ -198,6 +198,13 @@ async def wait_for_enrichment(url: str, tenant: str, timeout_s: float, idle_clos
 
 
 # --- router recall ----------------------------------------------------------------------
+
+
+def recall_questions(items: list[Item]) -> list[Item]:
+    """The questions recall is measured on: categories 1-4 with evidence. An adversarial question's
+    evidence is the turn its false premise twists, not what an answer needs (and issue 12's figures
+    count 1-4 only)."""
+    return [it for it in items if it.qa.evidence and it.category != ADVERSARIAL]
 
 
 def recall_configs(settings: Settings) -> dict[str, Any]:
@@ -530,7 +537,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
     if not samples:
         raise SystemExit(f"{args.path}: no conversations to evaluate")
     every, asked = plan(samples, args)
-    with_evidence = [it for it in every if it.qa.evidence]
+    with_evidence = recall_questions(every)
     url = database_url(settings)
     timings: dict[str, float] = {}
     notes: list[str] = []
@@ -567,14 +574,18 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
     shared = await Resources.open(settings)
     pool, embedder = shared.pool, shared.embedder
     try:
-        print(f"\n2. router recall@{','.join(map(str, args.recall_k))} for {len(with_evidence)} questions "
-              "with evidence", flush=True)
+        print(f"\n2. router recall@{','.join(map(str, args.recall_k))} segments and recall at equal token budgets "
+              f"for {len(with_evidence)} questions with evidence (categories 1-4)", flush=True)
         started = time.perf_counter()
         vectors = await asyncio.to_thread(embedder.embed, [it.qa.question for it in with_evidence])
         per_question = await measure_recall(pool, settings, tenant, with_evidence, vectors, args.recall_k)
         timings["recall_s"] = round(time.perf_counter() - started, 2)
-        result["router_recall"] = eval_report.summarise_recall(per_question, args.recall_k)
-        result["router_recall_questions"] = per_question
+        # k counts segments (about 23 turns each) for the router, turns for dense_turns: not comparable
+        # across systems; recall_at_budget below is.
+        result["router_recall_at_k_segments"] = eval_report.summarise_recall(per_question, args.recall_k)
+        result["router_recall_at_k_segments_questions"] = per_question
+        result.update(await budget_recall.on_stack_memory(settings, pool, tenant, samples,
+                                                          [(it.sample, it.qa) for it in with_evidence], vectors))
 
         records: dict[int, dict[str, Any]] = {
             it.index: {"index": it.index, "sample_id": it.sample.sample_id,

@@ -177,7 +177,7 @@ def test_summaries_and_markdown_from_records():
     assert recall["overall"]["dense"]["turns"]["5"] == 30.0
     assert recall["per_category"]["2"]["dense_turns"]["5"] == 0.0
     text = markdown({"run_id": "r", "dataset": "x.json", "conversations": ["conv-1"], "mode": "deep",
-                     "model": "m", "store": {}, "router_recall": recall, "questions_asked": 2, "baseline_k": 10,
+                     "model": "m", "store": {}, "router_recall_at_k_segments": recall, "questions_asked": 2, "baseline_k": 10,
                      "systems": {"epistream": ours, "dense_top_k": summarise_system(records, "dense_top_k")}})
     assert "| dense only | 0.750 |" in text
     assert "| 4 single-hop | 1 | 1.000 | 1.000 | 0.000 | 0.000 |" in text

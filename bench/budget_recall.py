@@ -1,0 +1,250 @@
+"""``python -m bench.budget_recall`` (``make eval-budget``): evidence recall at equal token budgets.
+
+For every LoCoMo question with evidence (categories 1-4) of the chosen split, every system's
+ranked context is cut at 250/500/1,000/2,000/4,000 tokens (bench/budget_context.py) and scored:
+the share of evidence turns present verbatim (the primary figure) and, labelled apart, also
+crediting the source turns of gists and facts.
+
+Systems: four in process over the dataset's turns (bench/budget_offline.py: BM25, MiniLM over the
+bare text, MiniLM over ``[session date] speaker: text``, their RRF), and, unless ``--offline``,
+four over the memory stored by the ingest worker's own code in a database of the run's own on the
+embedded PostgreSQL (bench/budget_stored.py: fused turn search, dense-only turn search, the
+deep-mode router, fast mode's turns). Splits: choices are tuned on ``pick`` and reported on
+``report`` (issue 12); ``all`` is both. Writes JSON and a PNG, prints markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from epistream.settings import Settings
+from epistream.sources import LocomoSample, load_locomo
+
+from . import budget_report
+from .budget_context import (
+    BUDGETS,
+    Query,
+    System,
+    context_tokens,
+    cut,
+    recall_with_sources,
+    verbatim_recall,
+)
+from .eval_metrics import ADVERSARIAL
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo-dev.json"  # as `make eval` finds it
+DEFAULT_OUT = ROOT / "bench" / "results" / "budget-recall.json"
+# Issue 12's split of the dev conversations: choices are picked on the first, figures reported on the second.
+SPLITS = {"pick": ("conv-26", "conv-30", "conv-41"), "report": ("conv-42", "conv-43")}
+TENANT = "budget-eval"
+# The old figures' unit (the eval's dense top-k baseline reads 10 turns), for comparison only.
+PIECE_COUNTS = (5, 10, 20, 40)
+
+
+def split_samples(samples: list[LocomoSample], split: str) -> list[LocomoSample]:
+    """The split's conversations; an id the file lacks is an error, not a silently smaller split."""
+    wanted = [c for name in SPLITS for c in SPLITS[name]] if split == "all" else list(SPLITS[split])
+    present = {s.sample_id for s in samples}
+    missing = [c for c in wanted if c not in present]
+    if missing:
+        raise SystemExit(f"split {split!r}: conversations {missing} are not in the file (it has {sorted(present)})")
+    return [s for s in samples if s.sample_id in wanted]
+
+
+def queries_of(samples: list[LocomoSample], vectors) -> list[Query]:  # type: ignore[no-untyped-def]
+    """Every non-adversarial question with evidence, with its embedding (in the order of ``questions_with_evidence``)."""
+    out = []
+    for sample, number, qa in questions_with_evidence(samples):
+        asked_at = max(t.ts for t in sample.turns) + timedelta(days=1)
+        out.append(Query(key=f"{sample.sample_id}#{number}", sample_id=sample.sample_id,
+                         conversation_id=sample.conversation_id, question=qa.question, category=qa.category,
+                         evidence=tuple(qa.evidence), asked_at=asked_at, vector=vectors[len(out)]))
+    return out
+
+
+def questions_with_evidence(samples: list[LocomoSample]):  # type: ignore[no-untyped-def]
+    for sample in samples:
+        for number, qa in enumerate(sample.qa):
+            if qa.category != ADVERSARIAL and qa.evidence:
+                yield sample, number, qa
+
+
+async def score(systems: list[System], queries: list[Query], budgets: tuple[int, ...] = BUDGETS
+                ) -> list[dict[str, Any]]:
+    """Per question, per system, per budget: verbatim recall, recall with sources, tokens used; and,
+    for rankings, recall of the first k pieces (``recall_at_pieces``: counts pieces, not tokens)."""
+    records = []
+    for query in queries:
+        record: dict[str, Any] = {"key": query.key, "sample_id": query.sample_id, "category": query.category,
+                                  "evidence": list(query.evidence), "recall": {}, "recall_with_sources": {},
+                                  "tokens": {}, "recall_at_pieces": {}}
+        for system in systems:
+            ranked = None if system.budget_aware else await system.pieces(query, max(budgets))
+            for figure in ("recall", "recall_with_sources", "tokens"):
+                record[figure].setdefault(system.name, {})
+            if ranked is not None:
+                record["recall_at_pieces"][system.name] = {
+                    str(k): verbatim_recall(query.evidence, ranked[:k]) for k in PIECE_COUNTS}
+            for budget in budgets:
+                context = cut(await system.pieces(query, budget) if ranked is None else ranked, budget)
+                record["recall"][system.name][str(budget)] = verbatim_recall(query.evidence, context)
+                record["recall_with_sources"][system.name][str(budget)] = recall_with_sources(query.evidence, context)
+                record["tokens"][system.name][str(budget)] = context_tokens(context)
+        records.append(record)
+    return records
+
+
+async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from epistream.embeddings import Embedder, default_model_path
+
+    from .budget_offline import DiskCachedEmbed, OfflineTurns, bare_text, build_conversations
+
+    samples = split_samples(load_locomo(args.path, tenant=TENANT), args.split)
+    embedder = Embedder.from_settings(settings)
+    model = settings.embedding_model_path or default_model_path()
+    embed = DiskCachedEmbed(embedder.embed, settings.state_dir / "cache",
+                            f"{model}:{model.stat().st_size}:{settings.embedding_max_tokens}")
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    conversations = build_conversations({s.conversation_id: s.turns for s in samples}, embed)
+    questions = [qa.question for _, _, qa in questions_with_evidence(samples)]
+    queries = queries_of(samples, embed(questions))
+    timings["embed_s"] = round(time.perf_counter() - started, 1)
+    print(f"{len(queries)} questions with evidence over {sum(len(s.turns) for s in samples)} turns of "
+          f"{len(samples)} conversations ({timings['embed_s']}s to embed)", flush=True)
+    systems: list[System] = [OfflineTurns(name, conversations) for name in
+                             ("bm25", "dense_bare", "dense_dated", "rrf_bm25_dense_dated")]
+    memory = None
+    result: dict[str, Any] = {"dataset": str(Path(args.path).resolve()), "split": args.split,
+                              "splits": {k: list(v) for k, v in SPLITS.items()},
+                              "conversations": [s.sample_id for s in samples], "budgets": list(BUDGETS),
+                              "token_estimate": "pipeline.segmenter.estimate_tokens(f'{speaker}: {text}')"}
+    try:
+        if not args.offline:
+            from consumers.retrieval import from_settings
+
+            from .budget_stored import CachedEmbedder, Memory
+
+            started = time.perf_counter()
+            memory = await Memory.create(settings, TENANT)
+            turns = [t for s in samples for t in s.turns]
+            cached = CachedEmbedder([bare_text(t) for t in turns],
+                                    [v for c in conversations.values() for v in c.bare])  # type: ignore[arg-type]
+            await memory.store(turns, cached)
+            result["store"] = {"turns": await memory.count("turns"), "segments": await memory.count("segments"),
+                               "gists": 0, "facts": 0}
+            timings["store_s"] = round(time.perf_counter() - started, 1)
+            print(f"stored {result['store']} in database {memory.name} ({timings['store_s']}s)", flush=True)
+            recipes = from_settings(settings)
+            by_id = {(t.conversation_id, t.turn_id): t for t in turns}
+            systems += stored_systems(memory, recipes, by_id)
+        started = time.perf_counter()
+        records = await score(systems, queries)
+        timings["score_s"] = round(time.perf_counter() - started, 1)
+    finally:
+        if memory is not None and not args.keep:
+            await memory.drop()
+    names = [s.name for s in systems]
+    present = {r["sample_id"] for r in records}
+    result["by_split"] = {
+        split: budget_report.summarise([r for r in records if r["sample_id"] in ids], names, BUDGETS, PIECE_COUNTS)
+        for split, ids in (("pick", SPLITS["pick"]), ("report", SPLITS["report"]),
+                           ("all", SPLITS["pick"] + SPLITS["report"]))
+        if present & set(ids)}
+    headline = result["by_split"]["all" if "all" in result["by_split"] else next(iter(result["by_split"]))]
+    for figure in budget_report.FIGURES:
+        result[f"{figure}_at_budget"] = headline[f"{figure}_at_budget"]
+        result[f"{figure}_at_budget_by_category"] = headline[f"{figure}_at_budget_by_category"]
+    result["recall_at_pieces"] = headline["recall_at_pieces"]
+    result["timings"] = timings
+    result["questions"] = [kept_per_question(r) for r in records]
+    return result
+
+
+def kept_per_question(record: dict[str, Any]) -> dict[str, Any]:
+    """What the JSON keeps of a question (the summaries hold the means of the rest): its ids and
+    verbatim recall per system and budget."""
+    return {k: record[k] for k in ("key", "sample_id", "category", "evidence", "recall")}
+
+
+def stored_systems(memory, recipes, turns_by_id) -> list[System]:  # type: ignore[no-untyped-def]
+    """The systems over the stored memory; the ``_simple`` ones read the question's keywords back
+    under the 'simple' configuration instead of 'english' (fragments.any_keyword's double stemming)."""
+    from .budget_stored import RouterSegments, StoredTurns
+
+    simple = replace(recipes, turns=replace(recipes.turns, keyword_config="simple"),
+                     router=replace(recipes.router, keyword_config="simple"))
+    return [StoredTurns("fused_turns", memory, recipes), StoredTurns("dense_turns", memory, recipes, dense_only=True),
+            RouterSegments(memory, recipes, turns_by_id), StoredTurns("fast_turns", memory, recipes, as_fast_mode=True),
+            StoredTurns("fused_turns_simple", memory, simple), RouterSegments(memory, simple, turns_by_id,
+                                                                              name="router_simple")]
+
+
+async def on_stack_memory(settings: Settings, pool, tenant: str, samples: list[LocomoSample],  # type: ignore[no-untyped-def]
+                          questions: list[tuple[LocomoSample, Any]], vectors) -> dict[str, Any]:
+    """The stored systems' recall at equal budgets over memory already stored (bench.locomo_eval's
+    tenant on the running stack): the figures keyed like this command's own."""
+    from consumers.retrieval import from_settings
+
+    from .budget_stored import Memory
+
+    queries = []
+    for (sample, qa), vector in zip(questions, vectors, strict=True):
+        queries.append(Query(key=f"{sample.sample_id}#{sample.qa.index(qa)}", sample_id=sample.sample_id,
+                             conversation_id=sample.conversation_id, question=qa.question, category=qa.category,
+                             evidence=tuple(qa.evidence), asked_at=max(t.ts for t in sample.turns) + timedelta(days=1),
+                             vector=vector))
+    by_id = {(t.conversation_id, t.turn_id): t for s in samples for t in s.turns}
+    systems = stored_systems(Memory(settings, "", pool, tenant), from_settings(settings), by_id)
+    records = await score(systems, queries)
+    summary = budget_report.summarise(records, [s.name for s in systems], BUDGETS, PIECE_COUNTS)
+    return {"recall_at_budget_questions": len(records),
+            **{k: v for k, v in summary.items() if k.endswith("_at_budget") or k.endswith("_by_category")}}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.budget_recall", description=__doc__.split("\n\n")[0])
+    p.add_argument("path", nargs="?", type=Path, default=DEFAULT_DATA, help="a LoCoMo-format JSON file")
+    p.add_argument("--split", choices=("pick", "report", "all"), default="all")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results (a directory: budget-recall.json in it)")
+    p.add_argument("--offline", action="store_true", help="only the in-process baselines (no PostgreSQL)")
+    p.add_argument("--keep", action="store_true", help="keep the run's database")
+    p.add_argument("--no-up", action="store_true", help="do not start the embedded PostgreSQL")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import report
+
+    args = parse_args(argv)
+    settings = Settings()
+    if not args.path.exists():
+        sys.exit(f"{args.path}: no such file")
+    if not args.offline and not args.no_up:
+        from infra import services
+
+        for row in services.up(settings, workers=False, only={"postgres"}):
+            print(f"  {row.state:<8} {row.name:<15} {row.detail}", flush=True)
+    started = time.perf_counter()
+    result = asyncio.run(run(args, settings))
+    result["timings"]["total_s"] = round(time.perf_counter() - started, 1)
+    result["machine"] = report.machine_info(ROOT)
+    out = args.out / DEFAULT_OUT.name if args.out.is_dir() or not args.out.suffix else args.out
+    report.write_json(out, result)
+    chart = out.with_suffix(".png")
+    budget_report.write_chart(chart, result)
+    print(f"\nwrote {out} and {chart}\n")
+    print(budget_report.markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

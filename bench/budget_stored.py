@@ -1,0 +1,161 @@
+"""The systems of the equal-budget eval that read the stored memory, and the cheapest real way
+to store it: a database of the run's own on the PostgreSQL tier, the conversations written by
+``pipeline.ingest.ingest_batch`` in process (turns, embeddings and segments exactly as the ingest
+worker writes them, then each conversation's last segment closed by the idle-close record the worker
+would send). No Kafka, no model: segments are not enriched, so no gists or facts exist.
+
+  fused_turns   the project's fused turn search (BM25-like full text + HNSW dense, RRF in SQL),
+                fast mode's recipe with a pool deep enough to fill the largest budget
+  dense_turns   the same SQL, dense pathway only (the eval's old dense top-k baseline)
+  router        the deep-mode router (its time filter included): whole segments in fused order,
+                their turns in the segment's order, so a cut ends the last segment turn by turn
+  fast_turns    exactly the turns fast mode reads (its recipe: retrieve_top_k, retrieve_pool)
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg_pool import AsyncConnectionPool
+
+from consumers.modes.deep import window_for
+from consumers.retrieval import DENSE_TURNS, Recipes, search_turns
+from consumers.router import route
+from epistream.contracts import Question, SegmentCloseRequest, Turn
+from epistream.db import apply_migrations, create_pool, database_url, tenant_scope
+from epistream.metrics import Metrics
+from epistream.settings import Settings
+from pipeline.ingest import ingest_batch
+from pipeline.records import RawRecord
+from pipeline.store.segments import config_from
+
+from .budget_context import Piece, Query, turn_piece
+
+# Turns each pathway of the fused search takes when it must fill 4,000 tokens (~25 tokens a turn).
+DEEP_POOL = 200
+# Segments the router ranks when it must fill 4,000 tokens (a LoCoMo segment is ~23 turns).
+ROUTER_SEGMENTS = 40
+INGEST_BATCH = 200
+
+
+class CachedEmbedder:
+    """The run's embeddings of the turn texts, looked up instead of computed again."""
+
+    def __init__(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        self._by_text = dict(zip(texts, vectors, strict=True))
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.stack([self._by_text[t] for t in texts])
+
+
+@dataclass
+class Memory:
+    """A run's own database, its pool and the tenant the conversations are stored under."""
+
+    settings: Settings
+    name: str
+    pool: AsyncConnectionPool
+    tenant: str
+
+    @classmethod
+    async def create(cls, settings: Settings, tenant: str) -> Memory:
+        name = f"budget_{uuid.uuid4().hex[:8]}"
+        base = database_url(settings)
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        url = make_conninfo(base, dbname=name)
+        apply_migrations(url)
+        pool = create_pool(settings, url=url)
+        await pool.open(wait=True)
+        return cls(settings, name, pool, tenant)
+
+    async def drop(self) -> None:
+        await self.pool.close()
+        with psycopg.connect(database_url(self.settings), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.name)))
+
+    async def store(self, turns: list[Turn], embedder: CachedEmbedder) -> int:
+        """Every turn through the ingest worker's batch function, then an idle close per conversation."""
+        records = [RawRecord("memory.turns", 0, n, t.conversation_id.encode(), t.to_bytes())
+                   for n, t in enumerate(turns)]
+        last: dict[str, str] = {}
+        for t in turns:
+            last[t.conversation_id] = t.turn_id
+        closes = [SegmentCloseRequest(kind="segment_close", tenant=self.tenant, conversation_id=c, after_turn_id=t)
+                  for c, t in last.items()]
+        records += [RawRecord("memory.turns", 0, len(records) + n, c.conversation_id.encode(), c.to_bytes())
+                    for n, c in enumerate(closes)]
+        stored, metrics, segmenter = 0, Metrics.create(), config_from(self.settings)
+        for start in range(0, len(records), INGEST_BATCH):
+            result = await ingest_batch(records[start:start + INGEST_BATCH], pool=self.pool,
+                                        embedder=embedder, metrics=metrics, segmenter=segmenter)  # type: ignore[arg-type]
+            if result.dead:
+                raise RuntimeError(f"ingest set aside {len(result.dead)} records: {result.dead[0].error}")
+            stored += len(result.stored)
+        return stored
+
+    async def count(self, table: str) -> int:
+        async with self.pool.connection() as conn, tenant_scope(conn, self.tenant):
+            cur = await conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier("memory", table)))
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+
+class StoredTurns:
+    """A turn search over the stored memory: fused (``fused_turns``, ``fast_turns``) or dense only."""
+
+    budget_aware = False
+
+    def __init__(self, name: str, memory: Memory, recipes: Recipes, *, dense_only: bool = False,
+                 as_fast_mode: bool = False) -> None:
+        self.name = name
+        self._memory = memory
+        if as_fast_mode:
+            self._recipe = recipes.turns
+        else:
+            base = DENSE_TURNS if dense_only else recipes.turns
+            self._recipe = replace(base, top_k=2 * DEEP_POOL, pool=max(DEEP_POOL, recipes.turns.pool))
+
+    async def pieces(self, query: Query, budget: int) -> Sequence[Piece]:
+        async with self._memory.pool.connection() as conn, tenant_scope(conn, self._memory.tenant):
+            found = await search_turns(conn, tenant=self._memory.tenant, query=query.question, vector=query.vector,
+                                       conversation_ids=[query.conversation_id], recipe=self._recipe)
+        return [turn_piece(t.turn_id, t.speaker, t.text) for t in found]
+
+
+class RouterSegments:
+    """The deep-mode router's segments, whole, in fused order; each segment's turns as it lists them."""
+
+    budget_aware = False
+
+    def __init__(self, memory: Memory, recipes: Recipes, turns: dict[tuple[str, str], Turn], *,
+                 name: str = "router") -> None:
+        self.name = name
+        self._memory = memory
+        self._recipe = replace(recipes.router, top_k=ROUTER_SEGMENTS)
+        self._turns = turns  # (conversation id, turn id) -> turn
+
+    async def pieces(self, query: Query, budget: int) -> Sequence[Piece]:
+        question = Question(question_id=f"q-{uuid.uuid4().hex[:8]}", tenant=self._memory.tenant,
+                            question=query.question, conversation_ids=[query.conversation_id],
+                            asked_at=query.asked_at)
+        window = window_for(question)  # deep mode's time filter, and its fallback when it empties the result
+        async with self._memory.pool.connection() as conn, tenant_scope(conn, self._memory.tenant):
+            routed = await route(conn, tenant=self._memory.tenant, question=query.question, vector=query.vector,
+                                 conversation_ids=[query.conversation_id], recipe=self._recipe, window=window)
+            if not routed and window is not None:
+                routed = await route(conn, tenant=self._memory.tenant, question=query.question,
+                                     vector=query.vector, conversation_ids=[query.conversation_id],
+                                     recipe=self._recipe)
+        out: list[Piece] = []
+        for segment in routed:
+            for turn_id in segment.turn_ids:
+                turn = self._turns[(segment.conversation_id, turn_id)]
+                out.append(turn_piece(turn.turn_id, turn.speaker, turn.text))
+        return out
