@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from epistream.contracts import Turn
+from epistream.embeddings import turn_embedding_text
 
 from .bm25 import BM25
 from .budget_context import Piece, Query, turn_line, turn_piece
@@ -23,16 +24,15 @@ RRF_K = 60
 
 
 def bare_text(turn: Turn) -> str:
-    """What memory.turns embeds today (pipeline/ingest.py embeds ``turn.text``)."""
+    """What memory.turns embedded before migration 011: the bare text."""
     return turn.text
 
 
 def dated_text(turn: Turn) -> str:
-    """The turn with its session's time as LoCoMo writes it and its speaker, as issue 12's better
-    dense baseline embeds it: ``[1:56 pm on 8 May, 2023] Caroline: ...`` (this wording reads 0.02-0.03
-    higher at every budget than ``[08 May 2023]``, and reproduces the issue's table more closely)."""
-    clock = f"{turn.ts:%I:%M}".lstrip("0") + f" {turn.ts:%p}".lower()
-    return f"[{clock} on {turn.ts.day} {turn.ts:%B, %Y}] {turn.speaker}: {turn.text}"
+    """What memory.turns embeds now (epistream.embeddings.turn_embedding_text):
+    ``[1:56 pm on 8 May, 2023] Caroline: ...`` (this wording reads 0.02-0.03 higher at every budget than
+    ``[08 May 2023]``, and reproduces the issue's table more closely)."""
+    return turn_embedding_text(turn.speaker, turn.text, turn.ts)
 
 
 class DiskCachedEmbed:

@@ -105,7 +105,7 @@ async def score(systems: list[System], queries: list[Query], budgets: tuple[int,
 async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from epistream.embeddings import Embedder, default_model_path
 
-    from .budget_offline import DiskCachedEmbed, OfflineTurns, bare_text, build_conversations
+    from .budget_offline import DiskCachedEmbed, OfflineTurns, build_conversations, dated_text
 
     samples = split_samples(load_locomo(args.path, tenant=TENANT), args.split)
     embedder = Embedder.from_settings(settings)
@@ -136,8 +136,9 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
             started = time.perf_counter()
             memory = await Memory.create(settings, TENANT)
             turns = [t for s in samples for t in s.turns]
-            cached = CachedEmbedder([bare_text(t) for t in turns],
-                                    [v for c in conversations.values() for v in c.bare])  # type: ignore[arg-type]
+            # memory.turns embeds the dated text (epistream.embeddings.turn_embedding_text), as dense_dated does.
+            cached = CachedEmbedder([dated_text(t) for t in turns],
+                                    [v for c in conversations.values() for v in c.dated])  # type: ignore[arg-type]
             await memory.store(turns, cached)
             result["store"] = {"turns": await memory.count("turns"), "segments": await memory.count("segments"),
                                "gists": 0, "facts": 0}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,21 @@ from .errors import ServiceError
 from .settings import Settings
 
 DIMENSIONS = 384
+
+#: What a turn's stored embedding was computed from: 1 its bare text (before migration 011), 2
+#: `turn_embedding_text`. Rows of an older version are re-embedded by the indexer (pipeline/reembed.py).
+TURN_EMBEDDING_VERSION = 2
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")
+
+
+def turn_embedding_text(speaker: str, text: str, ts: datetime) -> str:
+    """A turn as the embedder reads it: ``[1:56 pm on 8 May, 2023] Caroline: ...``, in the speaker's own
+    time. Who said it and when move dense evidence recall at 1,000 tokens from 0.48 to 0.68 on the
+    LoCoMo dev split (bench.budget_recall: dense_bare vs dense_dated). Month names are spelled here, not
+    by the locale, so every machine embeds the same text."""
+    clock = f"{ts.hour % 12 or 12}:{ts.minute:02d} {'am' if ts.hour < 12 else 'pm'}"
+    return f"[{clock} on {ts.day} {_MONTHS[ts.month - 1]}, {ts.year}] {speaker}: {text}"
 
 
 def _package_dir(name: str) -> Path:

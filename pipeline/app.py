@@ -1,5 +1,5 @@
 """The Faust app of the indexer: topics, resources, the ingest agent, and the
-housekeeping timer (idle segments, the segment outbox). Enrichment runs in its
+housekeeping timer (idle segments, the segment outbox, re-embedding). Enrichment runs in its
 own worker (pipeline.enrich_app), so ingest never waits on the model."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from . import housekeeping, outbox
 from .delivery import settle
 from .ingest import IngestResult, ingest_batch
 from .records import RawRecord
+from .reembed import reembed_round
 from .store import segments
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,8 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         # A failed round (PostgreSQL restarting, the broker away) is logged and counted, never raised:
         # an exception in a Faust timer stops the worker.
         await housekeeping.guarded("housekeeping", housekeeping_round, metrics)
+        embedder = resources.embedder
+        await housekeeping.guarded("reembed", lambda: reembed_round(resources.pool, embedder), metrics)
         await report_lag(settings, metrics, settings.indexer_group, [settings.topic_turns])
 
 

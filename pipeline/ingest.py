@@ -21,7 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from epistream.contracts import SegmentCloseRequest, Turn, decode
 from epistream.db import tenant_scope
-from epistream.embeddings import Embedder
+from epistream.embeddings import Embedder, turn_embedding_text
 from epistream.metrics import Metrics
 from epistream.retry import BLOCKING, retry
 
@@ -123,7 +123,7 @@ async def _store(items: list[Item], pool, embedder, metrics, segmenter, result: 
     if turns:
         embed_started = time.perf_counter()
         # ONNX Runtime releases the GIL: run it off the event loop.
-        vectors = await asyncio.to_thread(embedder.embed, [t.text for t in turns])
+        vectors = await asyncio.to_thread(embedder.embed, [turn_embedding_text(t.speaker, t.text, t.ts) for t in turns])
         metrics.embedding_seconds.observe(time.perf_counter() - embed_started)
     vector_of = {id(t): v for t, v in zip(turns, vectors, strict=True)}
 

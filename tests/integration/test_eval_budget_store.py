@@ -18,6 +18,7 @@ from bench.budget_context import Query
 from bench.budget_recall import on_stack_memory
 from bench.budget_stored import CachedEmbedder, Memory, RouterSegments, StoredTurns
 from consumers.retrieval import from_settings
+from epistream.embeddings import turn_embedding_text
 from epistream.settings import Settings
 from epistream.sources import LocomoQA, LocomoSample
 
@@ -43,7 +44,8 @@ def test_dense_turn_search_is_exact_under_a_tenant_filter_and_the_router_reads_w
     # tenants, or took its neighbours before filtering, would return fewer or other turns.
     their_vectors = query + 0.05 * unit(rng, len(theirs))
     their_vectors /= np.linalg.norm(their_vectors, axis=1, keepdims=True)
-    embedder = CachedEmbedder([t.text for t in ours + theirs], np.vstack([our_vectors, their_vectors]))
+    embedder = CachedEmbedder([turn_embedding_text(t.speaker, t.text, t.ts) for t in ours + theirs],
+                              np.vstack([our_vectors, their_vectors]))
 
     async def scenario() -> tuple[list[str], list[str], int]:
         memory = await Memory.create(postgres, tenant)
