@@ -37,9 +37,8 @@ from .conftest import drop_database, own_database, read_topic
 pytestmark = pytest.mark.integration
 
 BASE_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) + 20  # beside the test stack's ports
-# The master calls a tool while the application role has lost its read rights on the memory (an
-# operator's mistake): psycopg raises InsufficientPrivilege, neither the project's error nor transient.
-TRAP = "PRIVILEGE-TRAP"
+# The master calls a tool that reads the turns (see the tests for what it meets there).
+TRAP = "TOOL-TRAP"
 SLOW = "SLOW-QUESTION"  # the first master call for it blocks until the test releases it
 
 
@@ -54,7 +53,7 @@ class Master:
     def __call__(self, body: dict) -> tuple[int, str]:
         text = json.dumps(body["messages"])
         if TRAP in text and "Result of lexical_retrieve" not in text:
-            return 200, json.dumps({"tool": "lexical_retrieve", "arguments": {"query": "ferry boat"}})
+            return 200, json.dumps({"tool": "lexical_retrieve", "arguments": {"query": "ferry boat", "target": "turns"}})
         if SLOW in text:
             self.slow_calls += 1
             if self.slow_calls == 1:
@@ -152,24 +151,54 @@ def _memory_readable(settings: Settings, readable: bool) -> None:
         conn.execute(sql.SQL(verb).format(sql.Identifier(settings.db_role)))
 
 
+def _unreadable_turn(settings: Settings, present: bool) -> None:
+    """A row another writer left (the contracts refuse it today): its instant, `infinity`, is one
+    psycopg cannot read back, so any read that meets it raises DataError, neither ours nor transient."""
+    with psycopg.connect(database_url(settings), autocommit=True) as conn:
+        if present:
+            conn.execute("INSERT INTO memory.turns (tenant, conversation_id, turn_id, speaker, text, ts, tz_offset_s,"
+                         " embedding) VALUES ('tenant-a', 'left-behind', 't1', 'Maya', 'the ferry boat timetable',"
+                         " 'infinity', 0, %s::vector)", (str([1.0] + [0.0] * 383),))
+        else:
+            conn.execute("DELETE FROM memory.turns WHERE conversation_id = 'left-behind'")
+
+
 def test_a_question_that_trips_an_unexpected_error_is_answered_failed_once_and_the_next_one_answered(
         answer_env, worker, unique):
     pid = worker.pid()
     trap, after = unique("q-trap"), unique("q-after")
-    _memory_readable(answer_env.settings, False)
+    _unreadable_turn(answer_env.settings, True)
     try:
         answer_env.ask(_question(trap, f"{TRAP}: which ferry?", mode=Mode.AGENTIC))
         failed = answer_env.answers(trap)
     finally:
-        _memory_readable(answer_env.settings, True)
+        _unreadable_turn(answer_env.settings, False)
     answer_env.ask(_question(after, "Which ferry did Maya take?", mode=Mode.AGENTIC))
     answered = answer_env.answers(after)
     assert len(answered) == 1 and answered[0].error is None
     failed = answer_env.answers(trap, want=2, timeout=5)  # the one answer, and time for a second to show up
-    assert len(failed) == 1 and failed[0].abstained and failed[0].error.startswith("InsufficientPrivilege")
+    assert len(failed) == 1 and failed[0].abstained and failed[0].error.startswith("DataError")
     letters = answer_env.letters(trap)
-    assert [(letter.stage, letter.error_class) for letter in letters] == [("answer", "InsufficientPrivilege")]
+    assert [(letter.stage, letter.error_class) for letter in letters] == [("answer", "DataError")]
     assert Question.from_bytes(letters[0].original_value()).question_id == trap
+    assert worker.pid() == pid and _alive(worker)
+
+
+def test_a_question_that_meets_an_error_no_question_can_cause_waits_and_is_answered_once_it_clears(
+        answer_env, worker, unique):
+    """A lost privilege fails every question alike: the worker waits for the operator (errors.is_transient)
+    rather than answer each one failed, and answers it once the grant is back."""
+    pid = worker.pid()
+    waiting = unique("q-waits")
+    _memory_readable(answer_env.settings, False)
+    try:
+        answer_env.ask(_question(waiting, f"{TRAP}: which ferry?", mode=Mode.AGENTIC))
+        assert answer_env.answers(waiting, want=1, timeout=8) == []  # held, not failed
+    finally:
+        _memory_readable(answer_env.settings, True)
+    answered = answer_env.answers(waiting, want=2, timeout=60)
+    assert len(answered) == 1 and answered[0].error is None
+    assert answer_env.letters(waiting, timeout=3) == []
     assert worker.pid() == pid and _alive(worker)
 
 
