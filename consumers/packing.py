@@ -86,7 +86,8 @@ def turn_candidate(turn: RetrievedTurn) -> Candidate:
                                                      ("lexical_rank", turn.lexical_rank)) if rank is not None}
     return Candidate(
         key=("turn", turn.conversation_id, turn.turn_id), score=turn.score, body=body,
-        fields={"kind": "turn", "conversation_id": turn.conversation_id, "turn_id": turn.turn_id,
+        fields={"kind": "turn", "conversation_id": turn.conversation_id, "segment_id": turn.segment_id,
+                "turn_id": turn.turn_id,
                 "turn_ids": [turn.turn_id], "speaker": turn.speaker, "text": turn.text, "time": local,
                 "dates": dates, "scores": scores},
     )

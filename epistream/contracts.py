@@ -383,6 +383,14 @@ def decode(raw: bytes | None, model: type[C] | Sequence[type[C]], *, what: str) 
         raise ContractError(f"not a valid {what}: JSON nested too deeply to read") from exc
 
 
+def validated(model: type[C], *, what: str, **fields: Any) -> C:
+    """A contract built from fields, or a ContractError that says which fail and how (as decode does)."""
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        raise ContractError(f"not a valid {what}: {_reason(exc)}") from exc
+
+
 def _kinds(model: type[Contract]) -> tuple[Any, ...]:
     field = model.model_fields.get("kind")
     return () if field is None else get_args(field.annotation)

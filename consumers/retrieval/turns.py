@@ -22,6 +22,7 @@ from .fragments import (
     in_scope,
     matches,
     nearest,
+    segment_of,
     turns_by_id,
 )
 from .recipes import TurnRecipe
@@ -51,16 +52,16 @@ WITH dense AS (
     FROM dense d FULL JOIN lexical l USING (tenant, conversation_id, turn_id)
 )
 SELECT f.conversation_id, f.turn_id, t.speaker, t.text, t.ts, t.session_id,
-       f.score::float8 AS score, f.dense_rank, f.lexical_rank, t.tz_offset_s
+       f.score::float8 AS score, f.dense_rank, f.lexical_rank, t.tz_offset_s, {segment}
 FROM fused f JOIN memory.turns t USING (tenant, conversation_id, turn_id)
 ORDER BY f.score DESC, t.ts
 LIMIT %(top_k)s
 """).format(
         dense=nearest("turns", "t", sql.SQL("t.tenant, t.conversation_id, t.turn_id"),
                       sql.SQL("%(use_dense)s AND {scope} AND {in_window}").format(
-                          scope=in_scope("t"), in_window=TURN_IN_WINDOW), limit="pool"),
+                          scope=in_scope("t"), in_window=TURN_IN_WINDOW, segment=segment_of("t")), limit="pool"),
         any_keyword=any_keyword(keyword_config), matches=matches(sql.SQL("t.tsv"), sql.SQL("q")),
-        scope=in_scope("t"), in_window=TURN_IN_WINDOW)
+        scope=in_scope("t"), in_window=TURN_IN_WINDOW, segment=segment_of("t"))
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class RetrievedTurn:
     dense_rank: int | None
     lexical_rank: int | None
     tz_offset_s: int = 0  # the UTC offset the turn was stamped with (its speaker's local time)
+    segment_id: str | None = None  # the first segment holding it (None: not yet in a closed one)
 
 
 async def search_turns(
