@@ -5,22 +5,27 @@ and only memory of it comes back, facts are current unless the question asks abo
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from consumers.context import build_context
+from consumers.modes.fast import answer_fast
 from consumers.retrieval import Recipes
-from epistream.contracts import MemoryContext, TimeRange
+from epistream.contracts import MemoryContext, Mode, Question, TimeRange
 from epistream.db import create_pool
 from epistream.embeddings import Embedder
+from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
 from epistream.prompts import estimate_tokens
 from pipeline.ingest import ingest_batch
 from pipeline.records import RawRecord
 from pipeline.segmenter import SegmenterConfig
+from tests.support.scripted_llm import ScriptedLLM
 
 from .helpers import make_turns
 from .seed import seed_memory
@@ -137,3 +142,37 @@ def test_current_facts_unless_the_question_asks_about_the_past(postgres, memory)
     facts = {i.text: i for i in then.items if i.kind == "fact"}
     assert then.past and facts["Alice lives in Porto"].current is False and facts["Alice lives in Lisbon"].current
     assert "superseded" in facts["Alice lives in Porto"].line and str(facts["Alice lives in Porto"].end_time) == "2024-03-01"
+
+
+def test_fast_mode_puts_the_same_budgeted_context_before_its_master(postgres, memory):
+    tenant, _, embedder = memory
+    question = Question(question_id="q-fast", tenant=tenant, question="Where did Alice move?", asked_at=ASKED,
+                        mode=Mode.FAST, budget_tokens=300)
+
+    def master(body: dict) -> tuple[int, str]:
+        return 200, json.dumps({"answer": "Lisbon", "abstain": False, "evidence": [1]})
+
+    async def go():
+        pool = create_pool(postgres)
+        await pool.open(wait=True)
+        try:
+            with ScriptedLLM(master) as server:
+                client = ModelClient(create_client(postgres, base_url=server.base_url, timeout_s=30), role="master",
+                                     model="scripted", json_mode=postgres.llm_json_mode, metrics=Metrics.create(),
+                                     max_retries=0, backoff_s=0.01)
+                deps = SimpleNamespace(settings=postgres, pool=pool, embedder=embedder, recipes=Recipes(),
+                                       master=client)
+                result = await answer_fast(question, deps)
+                expected = await build_context(deps, tenant=tenant, question=question.question, asked_at=ASKED,
+                                               budget_tokens=300)
+                return result, expected, server.requests
+        finally:
+            await pool.close()
+
+    result, expected, requests = asyncio.run(go())
+    (request,) = requests
+    prompt = request["messages"][1]["content"]
+    assert f"<memory>\n{expected.text}\n</memory>" in prompt and expected.used_tokens <= 300
+    first = expected.items[0]
+    assert result.answer == "Lisbon" and result.evidence[0].turn_ids == first.turn_ids
+    assert result.evidence[0].quote == first.text
