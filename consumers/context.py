@@ -1,56 +1,188 @@
-"""What `fast` mode puts before the master in one call: the best gists, the facts
-about entities the question names, and the best turns, each a dated, citable line."""
+"""The budgeted context builder, with no model call: the `context` read's reply, and what `fast`
+mode puts before its master.
+
+Candidates come from the fused turn search (dense + lexical, reciprocal-rank fused), the gists
+nearest the question and the facts about the entities it names, all within one time window: the
+asker's ``time_range`` met with the period the question names ("last week", "in May 2023",
+resolved against when it was asked). Facts are the current ones, and superseded ones too when
+the question asks about the past. consumers/packing.py ranks them in one list, deduplicates and
+packs them into the budget.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+import asyncio
+import time
+from dataclasses import dataclass, replace
+from datetime import UTC, date, datetime, timedelta
+from typing import Protocol
 
 import numpy as np
-from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
 
-from epistream.contracts import Evidence
+from epistream.contracts import (
+    CONTEXT_BUDGET_DEFAULT,
+    MemoryContext,
+    Question,
+    ResolvedPeriod,
+    TimeRange,
+    check_budget,
+)
+from epistream.dates import relative_dates
+from epistream.db import tenant_scope
+from epistream.embeddings import Embedder
+from epistream.metrics import Metrics
 
-from .retrieval import RetrievedTurn, facts_named, nearest_gists
+from .packing import Candidate, fact_candidate, gist_candidate, pack, period_of, rank, turn_candidate
+from .retrieval import Recipes, TurnRecipe, facts_named, nearest_gists, search_turns
+from .timefilter import Period, asks_about_past, find_period
+
+#: A turn's line is rarely under this many tokens (date, speaker, a few words): the budget over it
+#: is how many turns the fused search is asked for, so a larger budget reads deeper.
+TOKENS_PER_TURN_FLOOR = 10
+MAX_TURN_CANDIDATES = 1_000
+#: Gists and facts asked for: one per this many tokens of budget, within the bounds.
+TOKENS_PER_STRUCTURED = 100
+GIST_CANDIDATES = (5, 100)
+FACT_CANDIDATES = (10, 100)
+
+
+class ContextDeps(Protocol):
+    """What the builder needs (AnswerDeps has it; the eval harness can build its own)."""
+
+    @property
+    def pool(self) -> AsyncConnectionPool: ...
+    @property
+    def embedder(self) -> Embedder: ...
+    @property
+    def recipes(self) -> Recipes: ...
 
 
 @dataclass(frozen=True)
-class ContextItem:
-    line: str
-    time: datetime
-    evidence: Evidence
+class Window:
+    """Instants [start, end), either open; ``empty`` when the asked range and the question's period do not meet."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.start is not None and self.end is not None and self.start >= self.end
+
+    @property
+    def days(self) -> tuple[date | None, date | None]:
+        """The window as UTC calendar days [first, last] (for gists' and facts' dates)."""
+        first = None if self.start is None else self.start.astimezone(UTC).date()
+        last = None if self.end is None else (self.end.astimezone(UTC) - timedelta(microseconds=1)).date()
+        return first, last
 
 
-def turn_item(turn: RetrievedTurn) -> ContextItem:
-    return ContextItem(
-        line=f"{turn.ts:%Y-%m-%d %H:%M (%A)} {turn.speaker}: {turn.text}", time=turn.ts,
-        evidence=Evidence(conversation_id=turn.conversation_id, turn_ids=[turn.turn_id], quote=turn.text,
-                          time=turn.ts, speaker=turn.speaker),
+def window_of(time_range: TimeRange | None, period: Period | None) -> Window:
+    """The asked range met with the question's own period."""
+    starts = [t for t in (time_range and time_range.start, period and period.range.start) if t is not None]
+    ends = [t for t in (time_range and time_range.end, period and period.range.end) if t is not None]
+    return Window(max(starts, default=None), min(ends, default=None))
+
+
+def question_periods(question: str, asked_at: datetime, period: Period | None) -> list[ResolvedPeriod]:
+    """The question's date expressions resolved against when it was asked; the one that
+    restricts the read (``period``) marked ``filters``."""
+    found = [period_of(expression, resolved) for expression, resolved in relative_dates(question, asked_at)]
+    periods = [p for p in found if p is not None]
+    if period is not None:
+        first, last = period.range.days
+        restricting = ResolvedPeriod(expression=period.expression, start=first, end=last, precision=period.precision,
+                                     filters=True)
+        periods = [p for p in periods if p.expression.lower() != period.expression.lower()] + [restricting]
+    return periods
+
+
+def candidate_counts(budget_tokens: int, recipe: TurnRecipe) -> tuple[TurnRecipe, int, int]:
+    """The turn recipe deep enough for the budget, and how many gists and facts to read."""
+    turns = min(MAX_TURN_CANDIDATES, max(recipe.top_k, -(-budget_tokens // TOKENS_PER_TURN_FLOOR)))
+    structured = budget_tokens // TOKENS_PER_STRUCTURED
+    return (replace(recipe, top_k=turns, pool=max(recipe.pool, turns)),
+            min(GIST_CANDIDATES[1], max(GIST_CANDIDATES[0], structured)),
+            min(FACT_CANDIDATES[1], max(FACT_CANDIDATES[0], structured)))
+
+
+async def _candidates(deps: ContextDeps, *, tenant: str, question: str, vector: np.ndarray,
+                      conversation_ids: list[str] | None, window: Window, past: bool,
+                      budget_tokens: int) -> list[Candidate]:
+    recipe, gists, facts = candidate_counts(budget_tokens, deps.recipes.turns)
+    first_day, last_day = window.days
+    async with deps.pool.connection() as conn, tenant_scope(conn, tenant):
+        turns = await search_turns(conn, tenant=tenant, query=question, vector=vector,
+                                   conversation_ids=conversation_ids, recipe=recipe, start=window.start,
+                                   end=window.end)
+        gist_rows = await nearest_gists(conn, tenant=tenant, vector=vector, conversation_ids=conversation_ids,
+                                        limit=gists, first_day=first_day, last_day=last_day)
+        fact_rows = await facts_named(conn, tenant=tenant, question=question, conversation_ids=conversation_ids,
+                                      limit=facts, with_superseded=past, first_day=first_day, last_day=last_day)
+    k = recipe.rrf_k
+    return ([turn_candidate(t) for t in turns]
+            + [gist_candidate(row, n, k) for n, row in enumerate(gist_rows, start=1)]
+            + [fact_candidate(row, n, k) for n, row in enumerate(fact_rows, start=1)])
+
+
+async def build_context(
+    deps: ContextDeps, *, tenant: str, question: str, asked_at: datetime | None,
+    budget_tokens: int = CONTEXT_BUDGET_DEFAULT, time_range: TimeRange | None = None,
+    conversation_ids: list[str] | None = None, question_id: str = "in-process",
+    vector: np.ndarray | None = None,
+) -> MemoryContext:
+    """The best memory for ``question`` within ``budget_tokens`` (estimate_tokens of the text block),
+    ranked best first, as a MemoryContext; no model call. ``vector``: the question's embedding,
+    when the caller has it already (else it is embedded here)."""
+    started = time.perf_counter()
+    check_budget(budget_tokens)
+    anchor = asked_at or datetime.now(UTC)
+    period = find_period(question, anchor)
+    window = window_of(time_range, period)
+    past = asks_about_past(question, window.end, anchor)
+    candidates: list[Candidate] = []
+    if not window.empty:
+        if vector is None:
+            vector = (await asyncio.to_thread(deps.embedder.embed, [question]))[0]
+        candidates = await _candidates(deps, tenant=tenant, question=question, vector=vector,
+                                       conversation_ids=conversation_ids, window=window, past=past,
+                                       budget_tokens=budget_tokens)
+    packed = pack(rank(candidates), budget_tokens)
+    return MemoryContext(
+        question_id=question_id, tenant=tenant, asked_at=anchor, items=packed.items, text=packed.text,
+        budget_tokens=budget_tokens, used_tokens=packed.used_tokens, time_range=time_range,
+        resolved=question_periods(question, anchor, period), past=past,
+        latency_ms=round((time.perf_counter() - started) * 1000, 2),
     )
 
 
-def _period(point, start, end) -> str:  # type: ignore[no-untyped-def]
-    if point:
-        return f"on {point}"
-    if start or end:
-        return f"from {start or '?'} to {end or 'now'}"
-    return "time not stated"
+async def context_for(question: Question, deps: ContextDeps, *, budget_tokens: int) -> MemoryContext:
+    """The context a question reads (context and fast modes), its own budget before ``budget_tokens``."""
+    return await build_context(
+        deps, tenant=question.tenant, question=question.question, asked_at=question.asked_at,
+        budget_tokens=question.budget_tokens or budget_tokens, time_range=question.time_range,
+        conversation_ids=question.conversation_ids, question_id=question.question_id,
+    )
 
 
-async def gist_and_fact_items(
-    conn: AsyncConnection, *, tenant: str, question: str, vector: np.ndarray, conversation_ids: list[str] | None,
-    gists: int = 5, facts: int = 10,
-) -> list[ContextItem]:
-    items: list[ContextItem] = []
-    for g in await nearest_gists(conn, tenant=tenant, vector=vector, conversation_ids=conversation_ids, limit=gists):
-        items.append(ContextItem(f"gist: {g['text']}", g["said_at"], Evidence(
-            conversation_id=g["conversation_id"], segment_id=g["segment_id"], turn_ids=list(g["turn_ids"]),
-            quote=g["text"], time=g["said_at"])))
-    for f in await facts_named(conn, tenant=tenant, question=question, conversation_ids=conversation_ids,
-                               limit=facts):
-        quote = f"{f['subject']} {f['predicate']} {f['object']}"
-        period = _period(f["point_in_time"], f["start_time"], f["end_time"])
-        items.append(ContextItem(f"fact: {quote}, {period} (said {f['said_at']:%Y-%m-%d})", f["said_at"],
-                                 Evidence(conversation_id=f["conversation_id"], segment_id=f["segment_id"],
-                                          turn_ids=list(f["turn_ids"]), quote=quote, time=f["said_at"])))
-    return items
+class MetricDeps(ContextDeps, Protocol):
+    @property
+    def metrics(self) -> Metrics: ...
+
+
+async def read_context(question: Question, deps: MetricDeps) -> MemoryContext:
+    """A `context` question's reply, counted and timed (its latency also in the reply)."""
+    context = await context_for(question, deps, budget_tokens=CONTEXT_BUDGET_DEFAULT)
+    deps.metrics.questions_answered.labels("context", "answered" if context.items else "empty").inc()
+    deps.metrics.context_read_seconds.observe(context.latency_ms / 1000)
+    return context
+
+
+def failed_context(question: Question, error: BaseException, started: float) -> MemoryContext:
+    """What the asker of a `context` read receives when it failed: no items, and the reason."""
+    return MemoryContext(
+        question_id=question.question_id, tenant=question.tenant, asked_at=question.asked_at or datetime.now(UTC),
+        items=[], text="", budget_tokens=question.budget_tokens or CONTEXT_BUDGET_DEFAULT, used_tokens=0,
+        time_range=question.time_range, latency_ms=round((time.perf_counter() - started) * 1000, 2),
+        error=f"{type(error).__name__}: {str(error)[:300]}",
+    )

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
-from epistream.dates import RELATIVE_PATTERN, ResolvedDate, resolve, within_calendar
+from epistream.dates import RELATIVE_PATTERN, Precision, ResolvedDate, resolve, within_calendar
 
 _MONTHS = "|".join(calendar.month_name[1:])
 # Explicit periods: "in May 2023", "during June, 2022", "in 2021", "May 2023".
@@ -49,16 +49,53 @@ class DateRange:
         return cls(datetime.combine(first, time(), UTC), datetime.combine(last, time(), UTC))
 
 
-def extract(question: str, asked_at: datetime | None) -> DateRange | None:
-    """The period a question restricts itself to, if it names exactly one."""
+    @property
+    def days(self) -> tuple[date, date]:
+        """The calendar days it covers, first and last (inclusive), in UTC."""
+        return self.start.date(), (self.end - timedelta(microseconds=1)).date()
+
+
+@dataclass(frozen=True)
+class Period:
+    """A question's period: the words that name it, how precisely, and the range they stand for."""
+
+    expression: str
+    precision: Precision
+    range: DateRange
+
+
+def find_period(question: str, asked_at: datetime | None) -> Period | None:
+    """The period a question restricts itself to, if it names exactly one, with the words naming it."""
     anchor = asked_at or datetime.now(UTC)
     match = ABSOLUTE_PERIOD.search(question)
     if match:
         text = f"{match.group('month') or ''} {match.group('year')}".strip()
-        resolved = resolve(text, anchor)
-        return None if resolved is None else DateRange.of(resolved)
+        return _period(match.group(0).strip(), text, anchor)
     relative = _RELATIVE_PERIODS.search(question)
     if relative and RELATIVE_PATTERN.search(relative.group(0)):
-        resolved = resolve(relative.group(0), anchor)
-        return None if resolved is None else DateRange.of(resolved)
+        return _period(relative.group(0), relative.group(0), anchor)
     return None
+
+
+def _period(expression: str, text: str, anchor: datetime) -> Period | None:
+    resolved = resolve(text, anchor)
+    window = None if resolved is None else DateRange.of(resolved)
+    return None if resolved is None or window is None else Period(expression, resolved.precision, window)
+
+
+def extract(question: str, asked_at: datetime | None) -> DateRange | None:
+    """The period a question restricts itself to, if it names exactly one."""
+    period = find_period(question, asked_at)
+    return None if period is None else period.range
+
+
+# Words that ask about how things were, not how they are: the facts a later one superseded answer them.
+_ABOUT_THE_PAST = re.compile(
+    r"\b(used to|previous(?:ly)?|former(?:ly)?|originally|at first|back then|at the time|in the past|"
+    r"earlier|before|ago|no longer|any ?more|history|until)\b", re.IGNORECASE)
+
+
+def asks_about_past(question: str, window_end: datetime | None, asked_at: datetime) -> bool:
+    """Whether a question asks how things were: it says so ("used to", "before", "in 2022" ...),
+    or the period it reads ends before it was asked."""
+    return bool(_ABOUT_THE_PAST.search(question)) or (window_end is not None and window_end <= asked_at)

@@ -1,6 +1,7 @@
 """The answer consumer: `memory.questions` in, `memory.answers` (or the asked reply topic) out.
 
-Every question ends in exactly one committed transaction: its answer (a failed one when answering
+A question is answered (an Answer), or, in `context` mode, read (a MemoryContext, no model call).
+Every question ends in exactly one committed transaction: its reply (a failed one when answering
 failed, with the question's dead letter beside it) and the group's offset past it. Only transient
 errors (errors.is_transient: the database or the broker hiccuped) are retried, offset uncommitted;
 anything else, ours or not, is a failed answer plus a dead letter, so no question can stop the worker.
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from epistream.contracts import Answer, Question, decode
+from epistream.contracts import Answer, MemoryContext, Mode, Question, decode
 from epistream.errors import PermanentError, is_transient
 from epistream.kafka_io import (
     DEFAULT_MAX_REQUEST_SIZE,
@@ -39,7 +40,9 @@ from epistream.settings import Settings
 
 from .answer import answer_question, failed_answer
 from .assistants import AssistantPool
+from .context import failed_context, read_context
 from .deps import AnswerDeps
+from .packing import used_tokens
 from .retrieval import from_settings
 
 log = logging.getLogger(__name__)
@@ -51,12 +54,15 @@ class UnknownReplyTopic(PermanentError):
     """The question names a reply topic the broker does not have (topics are never auto-created)."""
 
 
+Reply = Answer | MemoryContext
+
+
 @dataclass
 class Outcome:
-    """What one question becomes, published in one transaction: its answer, its dead letter if any."""
+    """What one question becomes, published in one transaction: its reply, its dead letter if any."""
 
     messages: list[Outgoing] = field(default_factory=list)
-    answer: Answer | None = None
+    answer: Reply | None = None
 
 
 async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDirectory, *,
@@ -77,7 +83,7 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
     started = time.perf_counter()
     destination = settings.topic_answers
 
-    async def attempt() -> Answer:
+    async def attempt() -> Reply:
         nonlocal destination
         destination = settings.topic_answers
         if question.reply_topic is not None:
@@ -85,6 +91,8 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
                 raise UnknownReplyTopic(f"reply_topic {question.reply_topic!r} does not exist; "
                                         f"the failed answer went to {settings.topic_answers}")
             destination = question.reply_topic
+        if question.mode is Mode.CONTEXT:
+            return await read_context(question, deps)
         return await answer_question(question, deps)
 
     def waiting(exc: BaseException, attempt_no: int, delay: float) -> None:
@@ -92,19 +100,48 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
                     record.offset, type(exc).__name__, attempt_no, delay)
 
     try:
-        answer = await retry(attempt, backoff=BLOCKING, on_retry=waiting, stop=give_up)
+        reply = await retry(attempt, backoff=BLOCKING, on_retry=waiting, stop=give_up)
     except Exception as exc:
         if is_transient(exc):
             return None  # still retryable: only stopping or losing the partition ends the wait
         if not isinstance(exc, PermanentError):  # not an expected refusal: keep the traceback for a fix
             log.exception("question %s failed", question.question_id)
-        answer = failed_answer(question, exc, started)
-        deps.metrics.questions_answered.labels(answer.mode.value, "failed").inc()
+        reply = failed_reply(question, exc, started)
+        deps.metrics.questions_answered.labels(mode_of(reply), "failed").inc()
         await dead_letter(letter, deps.metrics, record, stage=STAGE, error=exc)
     key = question.question_id.encode()
-    outcome.messages.insert(0, (destination, key, fit_answer(answer, key).to_bytes()))
-    outcome.answer = answer
+    fitted = fit_context(reply, key) if isinstance(reply, MemoryContext) else fit_answer(reply, key)
+    outcome.messages.insert(0, (destination, key, fitted.to_bytes()))
+    outcome.answer = reply
     return outcome
+
+
+def failed_reply(question: Question, error: BaseException, started: float) -> Reply:
+    if question.mode is Mode.CONTEXT:
+        return failed_context(question, error, started)
+    return failed_answer(question, error, started)
+
+
+def mode_of(reply: Reply) -> str:
+    return Mode.CONTEXT.value if isinstance(reply, MemoryContext) else reply.mode.value
+
+
+def fit_context(context: MemoryContext, key: bytes, limit: int = DEFAULT_MAX_REQUEST_SIZE) -> MemoryContext:
+    """The context as one Kafka message carries it: the lowest-ranked items (and their lines) go
+    first until it fits, so the reply stays a valid, smaller context."""
+    def size(candidate: MemoryContext) -> int:
+        return record_size(key, candidate.to_bytes())
+
+    if size(context) <= limit:
+        return context
+    fitted = context
+    while fitted.items and size(fitted) > limit:
+        kept = fitted.items[: max(0, len(fitted.items) - max(1, len(fitted.items) // 10))]
+        fitted = context.model_copy(update={"items": kept, "text": "\n".join(i.line for i in kept),
+                                            "used_tokens": used_tokens(kept)})
+    log.warning("context for %s was %d bytes, over the %d-byte message limit: %d of %d items kept",
+                context.question_id, size(context), limit, len(fitted.items), len(context.items))
+    return fitted
 
 
 def fit_answer(answer: Answer, key: bytes, limit: int = DEFAULT_MAX_REQUEST_SIZE) -> Answer:
@@ -173,7 +210,7 @@ class AnswerLoop:
                 return
             self.failures.pop(tp, None)
             if outcome.answer is not None:
-                log.info("answered %s (%s, %.0f ms)", outcome.answer.question_id, outcome.answer.mode.value,
+                log.info("answered %s (%s, %.0f ms)", outcome.answer.question_id, mode_of(outcome.answer),
                          outcome.answer.latency_ms)
 
     async def _at_committed(self, tp: TopicPartition, first_offset: int) -> bool:

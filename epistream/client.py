@@ -1,14 +1,16 @@
-"""A small Kafka client for agents and the CLI: produce turns, ask and await answers."""
+"""A small Kafka client for agents and the CLI: produce turns, ask and await answers, read context."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Iterable
+from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from .contracts import Answer, Question
+from .contracts import CONTEXT_BUDGET_DEFAULT, Answer, MemoryContext, Mode, Question, decode, validated
 from .kafka_io import create_producer, partitions_of
 from .settings import Settings
 
@@ -47,6 +49,29 @@ async def produce_raw(
 
 async def ask(settings: Settings, question: Question, *, timeout_s: float = 300.0) -> Answer:
     """Produce a question and wait for its answer on the reply topic."""
+    return decode(await _request(settings, question, timeout_s), Answer, what="answer")
+
+
+async def context(
+    settings: Settings, *, tenant: str, question: str, budget_tokens: int = CONTEXT_BUDGET_DEFAULT,
+    since: datetime | None = None, until: datetime | None = None, conversation_ids: list[str] | None = None,
+    asked_at: datetime | None = None, reply_topic: str | None = None, timeout_s: float = 30.0,
+) -> MemoryContext:
+    """The best memory for ``question`` within ``budget_tokens``, for the caller's own model (no model
+    call): a `context` question through memory.questions, its MemoryContext from the reply topic.
+    ``since``/``until``: only memory of [since, until); ``asked_at`` (default now) anchors "last week"."""
+    request = validated(
+        Question, what="context request",
+        question_id=f"c-{uuid.uuid4()}", tenant=tenant, question=question, conversation_ids=conversation_ids,
+        asked_at=asked_at or datetime.now(UTC), mode=Mode.CONTEXT, reply_topic=reply_topic,
+        budget_tokens=budget_tokens,
+        time_range=None if since is None and until is None else {"start": since, "end": until},
+    )
+    return decode(await _request(settings, request, timeout_s), MemoryContext, what="context reply")
+
+
+async def _request(settings: Settings, question: Question, timeout_s: float) -> bytes:
+    """Produce a question and return the value of its reply (keyed by its id) on the reply topic."""
     reply_topic = question.reply_topic or settings.topic_answers
     # read_committed: an answer from an aborted transaction (its worker died or lost the question) is never seen.
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, group_id=None,
@@ -71,9 +96,9 @@ async def ask(settings: Settings, question: Question, *, timeout_s: float = 300.
             batches = await consumer.getmany(timeout_ms=500)
             for records in batches.values():
                 for record in records:
-                    if record.key == question.question_id.encode():
-                        return Answer.from_bytes(record.value)
-        raise TimeoutError(f"no answer to {question.question_id} within {timeout_s:.0f}s")
+                    if record.key == question.question_id.encode() and record.value is not None:
+                        return record.value
+        raise TimeoutError(f"no reply to {question.question_id} within {timeout_s:.0f}s")
     finally:
         await producer.stop()
         await consumer.stop()

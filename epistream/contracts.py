@@ -10,11 +10,20 @@ import base64
 import json
 import math
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from .errors import ContractError
 
@@ -161,6 +170,41 @@ class Mode(StrEnum):
     DEEP = "deep"
     AGENTIC = "agentic"
     AUTO = "auto"
+    #: no model call: the best memory within a token budget, for the asker's own model (MemoryContext)
+    CONTEXT = "context"
+
+
+#: A context read's token budget when the question names none, and the range it may name.
+CONTEXT_BUDGET_DEFAULT = 1_000
+CONTEXT_BUDGET_MIN = 50
+CONTEXT_BUDGET_MAX = 32_000
+#: The modes that read memory through the budgeted context builder (budget and time range apply).
+CONTEXT_MODES = frozenset({"context", "fast"})
+
+
+def check_budget(tokens: int) -> int:
+    """A token budget in the range a context read accepts (a ValueError says the range)."""
+    if not CONTEXT_BUDGET_MIN <= tokens <= CONTEXT_BUDGET_MAX:
+        raise ValueError(f"a token budget is {CONTEXT_BUDGET_MIN} to {CONTEXT_BUDGET_MAX} tokens, not {tokens}")
+    return tokens
+
+
+Budget = Annotated[int, AfterValidator(check_budget)]
+
+
+class TimeRange(BaseModel):
+    """Instants [start, end): either end may be open (None)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    start: Instant | None = None
+    end: Instant | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TimeRange:
+        if self.start is not None and self.end is not None and self.start >= self.end:
+            raise ValueError(f"time_range starts ({self.start.isoformat()}) at or after it ends ({self.end.isoformat()})")
+        return self
 
 
 class Question(Contract):
@@ -173,6 +217,18 @@ class Question(Contract):
     asked_at: AwareDatetime | None = None
     mode: Mode = Mode.AUTO
     reply_topic: TopicName | None = None
+    #: context and fast modes: most tokens of memory (context: CONTEXT_BUDGET_DEFAULT if unset)
+    budget_tokens: Budget | None = None
+    #: context and fast modes: read only memory of this period
+    time_range: TimeRange | None = None
+
+    @model_validator(mode="after")
+    def _budget_only_where_read(self) -> Question:
+        # A filter a mode would silently ignore is refused instead (dead-lettered, with this reason).
+        if self.mode.value not in CONTEXT_MODES and (self.budget_tokens is not None or self.time_range is not None):
+            raise ValueError(f"budget_tokens and time_range apply to the {' and '.join(sorted(CONTEXT_MODES))} modes "
+                             f"only, not {self.mode.value}")
+        return self
 
 
 class Evidence(BaseModel):
@@ -205,6 +261,69 @@ class Answer(Contract):
     mode: Mode
     latency_ms: float
     tokens: dict[str, RoleTokens]
+    error: str | None = None
+
+
+class ResolvedPeriod(BaseModel):
+    """A date expression ("last week", "yesterday", "May 2023") as the calendar days it stands for,
+    [start, end] inclusive, resolved against when it was said (a turn) or asked (a question)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    expression: str
+    start: date
+    end: date
+    precision: Literal["day", "week", "month", "year"]
+    #: a question's period that restricts the read (only memory of it is returned)
+    filters: bool = False
+
+
+class MemoryItem(BaseModel):
+    """One ranked item of a context read: a turn (verbatim), a gist or a fact, with its ids, its
+    times, the pathway scores that ranked it, and its line exactly as the text block shows it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["turn", "gist", "fact"]
+    rank: int  # 1 = best; the number its line carries ("[rank] ...")
+    conversation_id: str
+    segment_id: str | None = None
+    turn_id: str | None = None
+    gist_id: str | None = None
+    fact_id: str | None = None
+    turn_ids: list[str]  # the turns it comes from (a turn: itself)
+    speaker: str | None = None
+    text: str  # a turn's own words; a gist's sentence; a fact's "subject predicate object"
+    time: datetime  # when it was said (a turn: in the speaker's own UTC offset)
+    event_date: date | None = None  # gist
+    date_precision: Literal["day", "week", "month", "year"] | None = None  # gist
+    point_in_time: date | None = None  # fact
+    start_time: date | None = None  # fact
+    end_time: date | None = None  # fact
+    current: bool | None = None  # fact: False when a later fact superseded it
+    dates: list[ResolvedPeriod] = Field(default_factory=list)  # relative dates in a turn, resolved
+    scores: dict[str, float]
+    line: str
+    tokens: int  # estimate_tokens(line)
+
+
+class MemoryContext(Contract):
+    """The reply to a `context` question (on its reply topic, keyed by question id, beside answers:
+    ``kind`` tells the two apart). ``text`` is the items' lines joined by newlines, best first:
+    sum(item.tokens) + one token per newline = ``used_tokens`` <= ``budget_tokens``."""
+
+    kind: Literal["context"] = "context"
+    question_id: str
+    tenant: str
+    asked_at: datetime
+    items: list[MemoryItem]
+    text: str
+    budget_tokens: int
+    used_tokens: int
+    time_range: TimeRange | None = None  # as asked; the read also keeps to the question's own period
+    resolved: list[ResolvedPeriod] = Field(default_factory=list)  # the question's date expressions
+    past: bool = False  # the question asks about the past: superseded facts are included
+    latency_ms: float
     error: str | None = None
 
 
@@ -262,6 +381,14 @@ def decode(raw: bytes | None, model: type[C] | Sequence[type[C]], *, what: str) 
         raise ContractError(f"not a valid {what}: {_reason(exc)}") from exc
     except RecursionError as exc:  # the parser's own limit, long before any contract looks at the value
         raise ContractError(f"not a valid {what}: JSON nested too deeply to read") from exc
+
+
+def validated(model: type[C], *, what: str, **fields: Any) -> C:
+    """A contract built from fields, or a ContractError that says which fail and how (as decode does)."""
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        raise ContractError(f"not a valid {what}: {_reason(exc)}") from exc
 
 
 def _kinds(model: type[Contract]) -> tuple[Any, ...]:

@@ -259,6 +259,17 @@ def format_resolved(r: ResolvedDate) -> str:
     return r.value.isoformat()
 
 
+def relative_dates(text: str, anchor: datetime) -> list[tuple[str, ResolvedDate]]:
+    """Each relative expression in ``text`` (the ones ``absolutize`` annotates), with the date it
+    stands for said at ``anchor``; expressions that resolve to nothing are left out."""
+    found = []
+    for m in RELATIVE_PATTERN.finditer(text):
+        resolved = _resolve_relative(m.group(0), anchor)
+        if resolved is not None:
+            found.append((m.group(0), resolved))
+    return found
+
+
 def absolutize(text: str, anchor: datetime) -> str:
     """Append the resolved date in parentheses after each relative expression in ``text``.
 

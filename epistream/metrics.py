@@ -38,6 +38,7 @@ class Metrics:
     model_in_flight: Gauge
     questions_answered: Counter
     answer_latency_seconds: Histogram
+    context_read_seconds: Histogram
     consumer_lag: Gauge
     router_candidates: Histogram
     task_failures: Counter
@@ -142,6 +143,13 @@ class Metrics:
                 "Question-to-answer latency by mode.",
                 ["mode"],
                 buckets=_SLOW,
+                registry=reg,
+            ),
+            context_read_seconds=Histogram(
+                "epistream_context_read_duration_seconds",
+                "Time to build a `context` read's reply (embedding, retrieval, packing; no model call).",
+                # Fine around the goal (p95 <= 50 ms).
+                buckets=(0.0025, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5),
                 registry=reg,
             ),
             consumer_lag=Gauge(

@@ -11,6 +11,7 @@ User text enters a prompt only inside a fence that it cannot close (`fence`).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,6 +53,13 @@ def prompt(version: str) -> Prompt:  # type: ignore[type-arg]
         return _REGISTRY[version]
     except KeyError:
         raise KeyError(f"no prompt {version!r}; registered: {sorted(_REGISTRY)}") from None
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters a token for English under common BPE vocabularies (at least one):
+    a budget needs an estimate, not one model's exact tokenizer. The one token count of the
+    project: segment budgets, prompt fitting and the context read's budget all use it."""
+    return max(1, math.ceil(len(text) / 4))
 
 
 def load_prompt(version: str) -> str:

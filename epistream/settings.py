@@ -181,7 +181,10 @@ class RetrievalSettings(BaseSettings):
     retrieve_top_k: int = Field(8, description="Turns given to the model per question.")
     retrieve_pool: int = Field(50, description="Candidates per pathway before fusion.")
     rrf_k: int = Field(60, description="Reciprocal-rank-fusion constant.")
-    answer_context_chars: int = Field(6000, description="Most characters of evidence in one prompt.")
+    # A token is estimated at four characters: 200..128,000 is the 50..32,000-token range of a context read.
+    answer_context_chars: int = Field(
+        6000, ge=200, le=128_000, description="Most characters of memory in fast mode's prompt (its context budget)."
+    )
 
     _split_weights = field_validator("router_weights", mode="before")(_split_commas)
 
@@ -195,6 +198,11 @@ class RetrievalSettings(BaseSettings):
     @property
     def pathway_weights(self) -> tuple[float, float, float]:
         return self.router_weights
+
+    @property
+    def fast_context_tokens(self) -> int:
+        """Fast mode's context budget in tokens (estimate_tokens counts four characters a token)."""
+        return self.answer_context_chars // 4
 
 
 class WorkerSettings(BaseSettings):

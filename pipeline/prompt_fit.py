@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from epistream.contracts import SegmentTurn
-
-from .segmenter import estimate_tokens
+from epistream.prompts import estimate_tokens
 
 #: estimate_tokens counts four characters a token; tokenizers differ, so only this share is used.
 SAFETY = 0.85

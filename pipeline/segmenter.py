@@ -13,18 +13,14 @@ Everything here is deterministic in the order of turns, so replaying
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
+# Re-exported: the estimate lives in the shared core (the query side counts with it too).
+from epistream.prompts import estimate_tokens as estimate_tokens
+
 CloseReason = Literal["budget", "session", "gap", "idle"]
-
-
-def estimate_tokens(text: str) -> int:
-    """About four characters a token for English under common BPE vocabularies;
-    a budget needs an estimate, not the master model's exact tokenizer."""
-    return max(1, math.ceil(len(text) / 4))
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ from .fragments import (
     any_keyword,
     columns,
     conversations,
+    fact_days,
+    gist_days,
     in_conversations,
     in_scope,
     matches,
@@ -66,7 +68,7 @@ __all__ = [
     "SEMANTIC_TURNS", "TOOL_KEYWORD_CONFIG", "TURN_COLUMNS", "TURN_FIELDS", "TURN_PATHWAYS", "Candidates",
     "FusionMethod", "Recipes", "RetrievedTurn", "Scores", "SegmentPathway", "SegmentRecipe", "TextSearchConfig",
     "TurnOrder", "TurnPathway", "TurnRecipe", "WindowUnit", "any_keyword", "columns", "conversations",
-    "facts_named", "from_settings", "fuse", "in_conversations", "in_scope", "load_turns", "matches", "min_max",
+    "fact_days", "facts_named", "from_settings", "gist_days", "fuse", "in_conversations", "in_scope", "load_turns", "matches", "min_max",
     "nearest", "nearest_gists", "nearest_in_order", "of_tenant", "overlaps_window", "reciprocal_rank",
     "route_params", "rows", "score_segments", "search_turns", "segment_of", "segment_turn_ids", "turns_by_id",
 ]

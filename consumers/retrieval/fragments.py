@@ -73,6 +73,35 @@ def overlaps_window(first: sql.Composable, last: sql.Composable, unit: WindowUni
         cast=sql.SQL(cast), first=first, last=last, before_end=sql.SQL(before_end))
 
 
+def fact_days(alias: str) -> tuple[sql.Composed, sql.Composed]:
+    """A fact's span as days (first, last) for ``overlaps_window(..., "day")``: [point_in_time] for
+    an event; [start_time, end_time] for a period, open-ended where a bound is missing; the day it
+    was said when undated."""
+    def column(name: str) -> sql.Identifier:
+        return sql.Identifier(alias, name)
+
+    first = sql.SQL("CASE WHEN {p} IS NOT NULL THEN {p} WHEN {s} IS NOT NULL THEN {s}"
+                    " WHEN {e} IS NOT NULL THEN '-infinity'::date ELSE {said}::date END")
+    last = sql.SQL("CASE WHEN {p} IS NOT NULL THEN {p} WHEN {e} IS NOT NULL THEN {e}"
+                   " WHEN {s} IS NOT NULL THEN 'infinity'::date ELSE {said}::date END")
+    names = {"p": column("point_in_time"), "s": column("start_time"), "e": column("end_time"),
+             "said": column("said_at")}
+    return first.format(**names), last.format(**names)
+
+
+def gist_days(alias: str) -> tuple[sql.Composed, sql.Composed]:
+    """A gist's event as days (first, last): the day, week, month or year its date stands for."""
+    fields = {"precision": sql.Identifier(alias, "date_precision"), "date": sql.Identifier(alias, "event_date")}
+    first = sql.SQL("date_trunc({precision}, {date}::timestamp)::date").format(**fields)
+    last = sql.SQL("(date_trunc({precision}, {date}::timestamp) + ('1 ' || {precision})::interval)::date - 1").format(
+        **fields)
+    return first, last
+
+
+#: A turn (alias ``t``) said within the window [%(start)s, %(end)s).
+TURN_IN_WINDOW = overlaps_window(sql.SQL("t.ts"), sql.SQL("t.ts"), "instant")
+
+
 # --- words --------------------------------------------------------------------------------
 
 ALL_KEYWORDS = sql.SQL("plainto_tsquery('english', %(query)s)")

@@ -23,6 +23,7 @@ from psycopg import AsyncConnection, sql
 from ..timefilter import DateRange
 from .fragments import (
     ALL_KEYWORDS,
+    TURN_IN_WINDOW,
     TextSearchConfig,
     any_keyword,
     conversations,
@@ -37,7 +38,6 @@ from .recipes import SEGMENT_PATHWAYS, SegmentRecipe
 OPEN_SUFFIX = "#open"
 
 _SEGMENT_IN_WINDOW = overlaps_window(sql.SQL("s.start_ts"), sql.SQL("s.end_ts"), "instant")
-_TURN_IN_WINDOW = overlaps_window(sql.SQL("t.ts"), sql.SQL("t.ts"), "instant")
 
 
 @cache
@@ -78,7 +78,7 @@ WITH hits AS (
 )
 {turn_segments}
 """).format(nearest=nearest("turns", "t", sql.SQL("t.tenant, t.conversation_id, t.turn_id"),
-                            sql.SQL("{scope} AND {in_window}").format(scope=in_scope("t"), in_window=_TURN_IN_WINDOW),
+                            sql.SQL("{scope} AND {in_window}").format(scope=in_scope("t"), in_window=TURN_IN_WINDOW),
                             limit="turn_candidates"),
             turn_segments=_TURN_SEGMENTS)
 
@@ -98,7 +98,7 @@ hits AS (
 SELECT r.segment_id, r.conversation_id, r.turn_id, r.score, h.strong
 FROM ({turn_segments}) r JOIN hits h USING (conversation_id, turn_id)
 """).format(any_keyword=any_keyword(keyword_config), all_keywords=ALL_KEYWORDS, scope=in_scope("t"),
-            matches=matches(sql.SQL("t.tsv"), sql.SQL("q.any_term")), in_window=_TURN_IN_WINDOW,
+            matches=matches(sql.SQL("t.tsv"), sql.SQL("q.any_term")), in_window=TURN_IN_WINDOW,
             turn_segments=_TURN_SEGMENTS)
 
 

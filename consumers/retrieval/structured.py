@@ -1,31 +1,43 @@
-"""Fast mode's read of the structured memory: the gists nearest the question, and
-the facts about entities it names (whole words of the normalised question)."""
+"""The structured memory a context read takes: the gists nearest the question, and the facts
+about entities it names (whole words of the normalised question), current ones only unless the
+question asks about the past, both within the read's time window (as days, either end open)."""
 
 from __future__ import annotations
 
 import re
+from datetime import date
 from typing import Any
 
 import numpy as np
 from psycopg import AsyncConnection, sql
 
 from .execute import rows
-from .fragments import conversations, in_scope, nearest
+from .fragments import conversations, fact_days, gist_days, in_scope, nearest, overlaps_window
 
 NEAREST_GISTS = nearest("gists", "g", sql.SQL(
-    "g.gist_id, g.conversation_id, g.segment_id, g.text, g.turn_ids, g.said_at"), in_scope("g"))
+    "g.gist_id, g.conversation_id, g.segment_id, g.text, g.event_date, g.date_precision, g.turn_ids, g.said_at"),
+    sql.SQL("{scope} AND {in_window}").format(scope=in_scope("g"), in_window=overlaps_window(*gist_days("g"), "day")))
 
+# A fact is current when memory.current_facts (the one definition of "current") holds it: the
+# subquery names its subject and predicate, which the view's DISTINCT ON lets PostgreSQL push down.
 FACTS_NAMED = sql.SQL("""
-SELECT f.fact_id, f.conversation_id, f.segment_id, s.name AS subject, f.predicate, o.name AS object,
-       f.point_in_time, f.start_time, f.end_time, f.turn_ids, f.said_at
-FROM memory.facts f
-JOIN memory.entities s ON s.tenant = f.tenant AND s.entity_id = f.subject_id
-JOIN memory.entities o ON o.tenant = f.tenant AND o.entity_id = f.object_id
-WHERE {scope}
-  AND ((length(s.normalized_name) > 2 AND %(padded)s LIKE '%% ' || s.normalized_name || ' %%')
-    OR (length(o.normalized_name) > 2 AND %(padded)s LIKE '%% ' || o.normalized_name || ' %%'))
-ORDER BY f.said_at DESC, f.fact_id LIMIT %(limit)s
-""").format(scope=in_scope("f"))
+WITH named AS (
+    SELECT f.fact_id, f.conversation_id, f.segment_id, s.name AS subject, f.predicate, o.name AS object,
+           f.point_in_time, f.start_time, f.end_time, f.turn_ids, f.said_at,
+           f.fact_id IN (SELECT c.fact_id FROM memory.current_facts c
+                         WHERE c.tenant = f.tenant AND c.subject_id = f.subject_id AND c.predicate = f.predicate)
+               AS current
+    FROM memory.facts f
+    JOIN memory.entities s ON s.tenant = f.tenant AND s.entity_id = f.subject_id
+    JOIN memory.entities o ON o.tenant = f.tenant AND o.entity_id = f.object_id
+    WHERE {scope} AND {in_window}
+      AND ((length(s.normalized_name) > 2 AND %(padded)s LIKE '%% ' || s.normalized_name || ' %%')
+        OR (length(o.normalized_name) > 2 AND %(padded)s LIKE '%% ' || o.normalized_name || ' %%'))
+)
+SELECT * FROM named
+WHERE %(with_superseded)s OR current
+ORDER BY said_at DESC, fact_id LIMIT %(limit)s
+""").format(scope=in_scope("f"), in_window=overlaps_window(*fact_days("f"), "day"))
 _NON_WORD = re.compile(r"[^\w\s]+")
 
 
@@ -35,12 +47,17 @@ def padded_words(question: str) -> str:
 
 
 async def nearest_gists(conn: AsyncConnection, *, tenant: str, vector: np.ndarray,
-                        conversation_ids: list[str] | None, limit: int) -> list[dict[str, Any]]:
+                        conversation_ids: list[str] | None, limit: int,
+                        first_day: date | None = None, last_day: date | None = None) -> list[dict[str, Any]]:
+    """The gists nearest ``vector`` whose event meets the days [first_day, last_day], with ``distance``."""
     return await rows(conn, NEAREST_GISTS, {"tenant": tenant, "conversations": conversations(conversation_ids),
-                                            "vector": vector, "limit": limit})
+                                            "vector": vector, "limit": limit, "start": first_day, "end": last_day})
 
 
 async def facts_named(conn: AsyncConnection, *, tenant: str, question: str, conversation_ids: list[str] | None,
-                      limit: int) -> list[dict[str, Any]]:
+                      limit: int, with_superseded: bool = True, first_day: date | None = None,
+                      last_day: date | None = None) -> list[dict[str, Any]]:
+    """Facts about the entities the question names, newest said first, with ``current``."""
     return await rows(conn, FACTS_NAMED, {"tenant": tenant, "conversations": conversations(conversation_ids),
-                                          "padded": padded_words(question), "limit": limit})
+                                          "padded": padded_words(question), "limit": limit,
+                                          "with_superseded": with_superseded, "start": first_day, "end": last_day})

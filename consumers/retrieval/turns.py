@@ -14,6 +14,7 @@ from psycopg.rows import class_row
 
 from .execute import rows
 from .fragments import (
+    TURN_IN_WINDOW,
     TextSearchConfig,
     TurnOrder,
     any_keyword,
@@ -21,6 +22,7 @@ from .fragments import (
     in_scope,
     matches,
     nearest,
+    segment_of,
     turns_by_id,
 )
 from .recipes import TurnRecipe
@@ -28,7 +30,8 @@ from .recipes import TurnRecipe
 
 @cache
 def fused_turn_search(keyword_config: TextSearchConfig) -> sql.Composed:
-    """Each pathway takes its own top ``%(pool)s`` on its own index, then their ranks are fused."""
+    """Each pathway takes its own top ``%(pool)s`` on its own index (within the time window),
+    then their ranks are fused."""
     return sql.SQL("""
 WITH dense AS (
     SELECT tenant, conversation_id, turn_id, row_number() OVER () AS rnk
@@ -37,7 +40,7 @@ WITH dense AS (
     SELECT tenant, conversation_id, turn_id, row_number() OVER () AS rnk
     FROM (SELECT t.tenant, t.conversation_id, t.turn_id
           FROM memory.turns t, {any_keyword} q
-          WHERE %(use_lexical)s AND {matches} AND {scope}
+          WHERE %(use_lexical)s AND {matches} AND {scope} AND {in_window}
           ORDER BY ts_rank_cd(t.tsv, q) DESC
           LIMIT %(pool)s) l
 ), fused AS (
@@ -49,15 +52,16 @@ WITH dense AS (
     FROM dense d FULL JOIN lexical l USING (tenant, conversation_id, turn_id)
 )
 SELECT f.conversation_id, f.turn_id, t.speaker, t.text, t.ts, t.session_id,
-       f.score::float8 AS score, f.dense_rank, f.lexical_rank
+       f.score::float8 AS score, f.dense_rank, f.lexical_rank, t.tz_offset_s, {segment}
 FROM fused f JOIN memory.turns t USING (tenant, conversation_id, turn_id)
 ORDER BY f.score DESC, t.ts
 LIMIT %(top_k)s
 """).format(
         dense=nearest("turns", "t", sql.SQL("t.tenant, t.conversation_id, t.turn_id"),
-                      sql.SQL("%(use_dense)s AND {scope}").format(scope=in_scope("t")), limit="pool"),
+                      sql.SQL("%(use_dense)s AND {scope} AND {in_window}").format(
+                          scope=in_scope("t"), in_window=TURN_IN_WINDOW, segment=segment_of("t")), limit="pool"),
         any_keyword=any_keyword(keyword_config), matches=matches(sql.SQL("t.tsv"), sql.SQL("q")),
-        scope=in_scope("t"))
+        scope=in_scope("t"), in_window=TURN_IN_WINDOW, segment=segment_of("t"))
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ class RetrievedTurn:
     score: float
     dense_rank: int | None
     lexical_rank: int | None
+    tz_offset_s: int = 0  # the UTC offset the turn was stamped with (its speaker's local time)
+    segment_id: str | None = None  # the first segment holding it (None: not yet in a closed one)
 
 
 async def search_turns(
@@ -81,8 +87,11 @@ async def search_turns(
     vector: np.ndarray,
     conversation_ids: list[str] | None,
     recipe: TurnRecipe,
+    start: datetime | None = None,
+    end: datetime | None = None,
 ) -> list[RetrievedTurn]:
-    """The recipe's best turns, best first. Run inside ``tenant_scope(conn, tenant)``."""
+    """The recipe's best turns said within [start, end) (None: open), best first.
+    Run inside ``tenant_scope(conn, tenant)``."""
     params = {
         "tenant": tenant,
         "query": query,
@@ -93,6 +102,8 @@ async def search_turns(
         "rrf_k": recipe.rrf_k,
         "use_dense": "dense" in recipe.pathways,
         "use_lexical": "lexical" in recipe.pathways,
+        "start": start,
+        "end": end,
     }
     async with conn.cursor(row_factory=class_row(RetrievedTurn)) as cur:
         await cur.execute(fused_turn_search(recipe.keyword_config), params)

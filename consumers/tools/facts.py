@@ -10,7 +10,7 @@ from psycopg import AsyncConnection, sql
 
 from epistream.names import normalize_name, normalize_predicate
 
-from ..retrieval import conversations, in_conversations, rows
+from ..retrieval import conversations, fact_days, in_conversations, overlaps_window, rows
 from .limits import ENTITY_MATCH_LIMIT, Aggregate, Order
 from .results import EntityContexts, FactRow
 
@@ -72,14 +72,7 @@ WITH source AS (
       AND (%(subject_ids)s::text[] IS NULL OR s.subject_id = ANY(%(subject_ids)s))
       AND (%(object_ids)s::text[] IS NULL OR s.object_id = ANY(%(object_ids)s))
       AND (%(predicates)s::text[] IS NULL OR s.predicate = ANY(%(predicates)s))
-      AND (%(end)s::date IS NULL OR CASE WHEN s.point_in_time IS NOT NULL THEN s.point_in_time
-                                          WHEN s.start_time IS NOT NULL THEN s.start_time
-                                          WHEN s.end_time IS NOT NULL THEN '-infinity'::date
-                                          ELSE s.said_at::date END <= %(end)s)
-      AND (%(start)s::date IS NULL OR CASE WHEN s.point_in_time IS NOT NULL THEN s.point_in_time
-                                            WHEN s.end_time IS NOT NULL THEN s.end_time
-                                            WHEN s.start_time IS NOT NULL THEN 'infinity'::date
-                                            ELSE s.said_at::date END >= %(start)s)
+      AND {in_window}
     ORDER BY s.conversation_id, s.subject_id, s.predicate, s.object_id,
              s.point_in_time, s.start_time, s.end_time, s.said_at, s.fact_id
 ), counted AS (
@@ -99,7 +92,7 @@ LEFT JOIN LATERAL (
              m.fact_time DESC, m.said_at DESC, m.fact_id DESC
     LIMIT %(limit)s OFFSET %(offset)s
 ) p ON true
-""").format(conversations=in_conversations("s"))
+""").format(conversations=in_conversations("s"), in_window=overlaps_window(*fact_days("s"), "day"))
 
 
 def _like_contains(text: str) -> str:

@@ -130,6 +130,44 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def _instant(text: str) -> datetime:
+    """An ISO-8601 time for --since/--until/--asked-at; one without an offset is read as UTC."""
+    value = datetime.fromisoformat(text)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def cmd_context(args: argparse.Namespace) -> int:
+    from ..client import context
+    from ..errors import ContractError
+
+    settings = _settings()
+    if not args.no_check:
+        bad = unhealthy(settings, {"kafka", "worker-answer"})
+        if bad:
+            return fail_loudly(settings, "cannot read context: the answer path is not healthy", bad=bad)
+    try:
+        reply = asyncio.run(context(
+            settings, tenant=args.tenant, question=args.question, budget_tokens=args.budget,
+            since=_instant(args.since) if args.since else None, until=_instant(args.until) if args.until else None,
+            conversation_ids=args.conversation or None,
+            asked_at=_instant(args.asked_at) if args.asked_at else None, timeout_s=args.timeout,
+        ))
+    except ContractError as exc:  # a budget or range the contract refuses, said plainly
+        print(f"epistream context: {exc}", file=sys.stderr)
+        return 2
+    except TimeoutError as exc:
+        return fail_loudly(settings, str(exc))
+    if reply.error:
+        return fail_loudly(settings, f"the context read failed: {reply.error}")
+    if args.json:
+        print(reply.model_dump_json(indent=2, exclude_none=True))
+    else:
+        print(reply.text)
+        print(f"({len(reply.items)} items, {reply.used_tokens} of {reply.budget_tokens} tokens, "
+              f"{reply.latency_ms:.0f} ms)", file=sys.stderr)
+    return 0
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
     from infra.postgres_server import psql_binary
 
@@ -235,12 +273,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("question")
     p.add_argument("--tenant", default="demo")
     p.add_argument("--conversation", action="append", help="restrict to this conversation (repeatable)")
-    p.add_argument("--mode", default="auto", choices=["fast", "deep", "agentic", "auto"])
+    p.add_argument("--mode", default="auto", choices=["fast", "deep", "agentic", "auto"],
+                   help="how to answer (a no-model context read is `epistream context`)")
     p.add_argument("--asked-at", help="ISO-8601 time the question is asked at (default: now)")
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--json", action="store_true", help="print the answer message as JSON")
     p.add_argument("--no-check", action="store_true", help="skip the health check of Kafka and the answer worker")
     p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser("context", help="the best memory for a question within a token budget (no model call): "
+                                       "a prompt-ready text block, or the whole reply with --json")
+    p.add_argument("question")
+    p.add_argument("--tenant", default="demo")
+    p.add_argument("--budget", type=int, default=1000, help="most tokens of memory (50..32000; default 1000)")
+    p.add_argument("--since", help="only memory from this ISO-8601 time on")
+    p.add_argument("--until", help="only memory before this ISO-8601 time")
+    p.add_argument("--conversation", action="append", help="restrict to this conversation (repeatable)")
+    p.add_argument("--asked-at", help="ISO-8601 time 'last week' etc. are read against (default: now)")
+    p.add_argument("--timeout", type=float, default=30.0)
+    p.add_argument("--json", action="store_true", help="print the MemoryContext message as JSON")
+    p.add_argument("--no-check", action="store_true", help="skip the health check of Kafka and the answer worker")
+    p.set_defaults(func=cmd_context)
 
     p = sub.add_parser("sql", help="psql on the memory database (arguments after `sql` go to psql)")
     p.add_argument("psql_args", nargs=argparse.REMAINDER)

@@ -14,9 +14,10 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from epistream.contracts import Segment, SegmentTurn, Turn
+from epistream.prompts import estimate_tokens
 from epistream.settings import Settings
 
-from ..segmenter import ClosedSegment, OpenTurn, SegmenterConfig, SegmenterState, Step, close, estimate_tokens, feed
+from ..segmenter import ClosedSegment, OpenTurn, SegmenterConfig, SegmenterState, Step, close, feed
 from .turns import local_time
 
 LOCK_STATE = """

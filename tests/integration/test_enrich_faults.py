@@ -21,13 +21,14 @@ from epistream.db import tenant_scope
 from epistream.embeddings import Embedder
 from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
+from epistream.prompts import estimate_tokens
 from epistream.retry import Backoff
 from pipeline import enrich
 from pipeline.breaker import CircuitBreaker
 from pipeline.enrich import EnrichDeps, enrich_segment, retry_waiting
 from pipeline.ingest import ingest_batch
 from pipeline.records import RawRecord
-from pipeline.segmenter import SegmenterConfig, estimate_tokens
+from pipeline.segmenter import SegmenterConfig
 from pipeline.store import memory
 from tests.support.scripted_llm import ScriptedLLM
 

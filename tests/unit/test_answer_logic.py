@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from consumers.context import turn_item
-from consumers.modes.fast import build_messages, evidence_from, format_excerpts
+from consumers.modes.fast import build_messages, evidence_from
+from consumers.packing import pack, rank, turn_candidate
 from consumers.prompts import MasterAnswer, load_prompt
 from consumers.retrieval import RetrievedTurn
-from epistream.contracts import Question
+from epistream.contracts import MemoryContext, Question
 from epistream.llm import response_format
 from epistream.settings import JsonMode
 
@@ -17,33 +17,34 @@ def _turn(i: int, text: str) -> RetrievedTurn:
                          score=1.0 / i, dense_rank=i, lexical_rank=None)
 
 
-TURNS = [turn_item(t) for t in (_turn(1, "I moved to Lisbon."), _turn(2, "I adopted a cat."), _turn(3, "I ran a 10k."))]
+ITEMS = pack(rank(turn_candidate(t) for t in (_turn(1, "I moved to Lisbon."), _turn(2, "I adopted a cat."),
+                                              _turn(3, "I ran a 10k."))), 1000).items
 
 
-def test_excerpts_are_numbered_and_dated():
-    text = format_excerpts(TURNS, max_chars=10_000)
-    assert text.splitlines()[0] == "[1] 2024-03-01 10:00 (Friday) Ana: I moved to Lisbon."
-    assert len(text.splitlines()) == 3
+def _context() -> MemoryContext:
+    return MemoryContext(question_id="q", tenant="t", asked_at=datetime(2024, 4, 1, tzinfo=UTC), items=ITEMS,
+                         text="\n".join(i.line for i in ITEMS), budget_tokens=1000, used_tokens=30, latency_ms=1.0)
 
 
-def test_excerpts_respect_the_budget_but_keep_at_least_one():
-    assert len(format_excerpts(TURNS, max_chars=10).splitlines()) == 1
+def test_lines_are_numbered_and_dated_best_first():
+    assert ITEMS[0].line == "[1] 2024-03-01 10:00 (Friday) Ana: I moved to Lisbon."
+    assert [i.rank for i in ITEMS] == [1, 2, 3]
 
 
 def test_evidence_uses_only_cited_numbers_that_exist():
-    ev = evidence_from(TURNS, [2, 2, 9, 0])
+    ev = evidence_from(ITEMS, [2, 2, 9, 0])
     assert [e.turn_ids for e in ev] == [["t2"]]
     assert ev[0].quote == "I adopted a cat." and ev[0].time.tzinfo is not None
 
 
-def test_evidence_falls_back_to_the_best_ranked_turns():
-    assert [e.turn_ids[0] for e in evidence_from(TURNS, [], fallback=2)] == ["t1", "t2"]
+def test_evidence_falls_back_to_the_best_ranked_items():
+    assert [e.turn_ids[0] for e in evidence_from(ITEMS, [], fallback=2)] == ["t1", "t2"]
 
 
 def test_prompt_fences_memory_and_states_the_day():
     q = Question(question_id="q", tenant="t", question="Where do I live?",
                  asked_at=datetime(2024, 4, 1, tzinfo=UTC))
-    system, user = build_messages(q, TURNS, 1000)
+    system, user = build_messages(q, _context())
     assert system["content"] == load_prompt("answer_v1")
     assert user["content"].startswith("<memory>\n[1]") and "</memory>" in user["content"]
     assert "Today is 2024-04-01. Question: Where do I live?" in user["content"]

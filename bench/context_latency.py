@@ -1,0 +1,161 @@
+"""Latency of the `context` read at LoCoMo size: the LoCoMo development split's turns stored in a
+fresh database through the real ingest code, then its questions read in process through
+consumers.context.build_context (question embedding, fused turn search, gists, facts, packing; no
+model call), one after another, at each budget. Writes bench/results/context-latency.json.
+
+    python -m bench.context_latency [--start-postgres] [--questions 300] [--budgets 250,1000,4000]
+
+No enrichment runs (it needs a model), so the gist and fact reads run on empty tables: their
+queries are timed, their rows are not. This is a benchmark: nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg_pool import AsyncConnectionPool
+from pydantic import SecretStr
+
+from consumers.context import build_context
+from consumers.retrieval import Recipes, from_settings
+from epistream.db import apply_migrations, create_pool, database_url
+from epistream.embeddings import Embedder
+from epistream.metrics import Metrics
+from epistream.settings import Settings
+from epistream.sources import load_locomo
+from pipeline.ingest import ingest_batch
+from pipeline.records import RawRecord
+from pipeline.segmenter import SegmenterConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo-dev.json"
+DEFAULT_OUT = ROOT / "bench" / "results" / "context-latency.json"
+TENANT = "locomo-context-bench"
+WARM_UP = 10
+
+
+@dataclass(frozen=True)
+class Deps:
+    pool: AsyncConnectionPool
+    embedder: Embedder
+    recipes: Recipes
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
+
+
+async def _store(settings: Settings, embedder: Embedder, samples) -> int:  # type: ignore[no-untyped-def]
+    pool = create_pool(settings)
+    await pool.open(wait=True)
+    stored = 0
+    try:
+        for sample in samples:
+            records = [RawRecord("memory.turns", 0, i, None, t.to_bytes(), None) for i, t in enumerate(sample.turns)]
+            for start in range(0, len(records), 256):
+                await ingest_batch(records[start:start + 256], pool=pool, embedder=embedder, metrics=Metrics.create(),
+                                   segmenter=SegmenterConfig())
+            stored += len(records)
+    finally:
+        await pool.close()
+    return stored
+
+
+async def _measure(settings: Settings, embedder: Embedder, samples, questions: int,  # type: ignore[no-untyped-def]
+                   budgets: list[int]) -> dict:
+    asked = [(sample, qa) for sample in samples for qa in sample.qa]
+    # Spread over every conversation, the same questions at every budget.
+    chosen = [asked[i * len(asked) // questions] for i in range(min(questions, len(asked)))]
+    pool = create_pool(settings)
+    await pool.open(wait=True)
+    deps = Deps(pool, embedder, from_settings(settings))
+    results: dict[str, dict] = {}
+    try:
+        for budget in budgets:
+            latencies, wall, embedding, items, used = [], [], [], [], []
+            for n, (sample, qa) in enumerate(chosen[:WARM_UP] + chosen):
+                started = time.perf_counter()
+                vector = (await asyncio.to_thread(embedder.embed, [qa.question]))[0]
+                embedded = time.perf_counter()
+                context = await build_context(deps, tenant=TENANT, question=qa.question,
+                                              asked_at=sample.turns[-1].ts, budget_tokens=budget,
+                                              conversation_ids=[sample.conversation_id], vector=vector)
+                if n < WARM_UP:
+                    continue
+                wall.append((time.perf_counter() - started) * 1000)
+                embedding.append((embedded - started) * 1000)
+                latencies.append(context.latency_ms)  # retrieval and packing (the vector was given)
+                items.append(len(context.items))
+                used.append(context.used_tokens)
+            results[str(budget)] = {
+                "questions": len(latencies),
+                "latency_ms": {"p50": round(percentile(latencies, 0.50), 2), "p95": round(percentile(latencies, 0.95), 2),
+                               "p99": round(percentile(latencies, 0.99), 2), "mean": round(statistics.mean(latencies), 2),
+                               "max": round(max(latencies), 2)},
+                "embedding_ms": {"p50": round(percentile(embedding, 0.50), 2),
+                                 "p95": round(percentile(embedding, 0.95), 2)},
+                "total_ms": {"p50": round(percentile(wall, 0.50), 2), "p95": round(percentile(wall, 0.95), 2)},
+                "items_mean": round(statistics.mean(items), 1),
+                "used_tokens_mean": round(statistics.mean(used), 1),
+            }
+            print(f"budget {budget}: {results[str(budget)]}")
+    finally:
+        await pool.close()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--questions", type=int, default=300)
+    parser.add_argument("--budgets", default="250,1000,4000")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--start-postgres", action="store_true", help="start the embedded PostgreSQL first")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    if args.start_postgres:
+        from infra import services
+        services.up(settings, workers=False, only={"postgres"})
+    name = f"context_bench_{uuid.uuid4().hex[:8]}"
+    base = database_url(settings)
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        url = make_conninfo(base, dbname=name)
+        apply_migrations(url)
+        own = settings.with_overrides(database_url=SecretStr(url))
+        samples = load_locomo(args.data, tenant=TENANT)
+        embedder = Embedder.from_settings(own)
+        started = time.perf_counter()
+        stored = asyncio.run(_store(own, embedder, samples))
+        print(f"stored {stored} turns of {len(samples)} conversations in {time.perf_counter() - started:.0f}s")
+        budgets = [int(b) for b in args.budgets.split(",")]
+        results = asyncio.run(_measure(own, embedder, samples, args.questions, budgets))
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    report = {"what": "context read latency, in process, one question at a time: latency_ms = retrieval and"
+                      " packing (the reply's latency_ms given the vector), embedding_ms = the question's embedding,"
+                      " total_ms = both", "load_average": list(os.getloadavg()), "data": str(args.data),
+              "turns": stored, "conversations": len(samples), "gists_and_facts": "none (no enrichment)",
+              "by_budget": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,168 @@
+"""The context read's pure half: memory rows as candidates (each with its line), one ranking
+across kinds, deduplication, and greedy packing into a token budget.
+
+Ranking is reciprocal-rank fusion over every pathway: a turn brings the fused score of its
+dense and lexical ranks (computed in SQL, consumers/retrieval/turns.py), a gist 1/(k + its rank
+by meaning), a fact 1/(k + its rank among the facts about the question's entities). Packing walks
+the ranking best first and takes each item whose line still fits; a line is numbered by its place
+in the text block, so its cost is counted on exactly the text the reader gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+
+from epistream.contracts import MemoryItem, ResolvedPeriod
+from epistream.dates import ResolvedDate, relative_dates
+from epistream.prompts import estimate_tokens
+
+from .retrieval import RetrievedTurn, reciprocal_rank
+from .timefilter import DateRange
+
+#: What one newline between two lines of the text block is counted as.
+SEPARATOR_TOKENS = 1
+#: Below this many tokens left, no line fits ("[n] " and a date alone take more): stop packing.
+MIN_LINE_TOKENS = 4
+#: Ties in score go to turns (the verbatim memory), then gists, then facts.
+_KIND_ORDER = {"turn": 0, "gist": 1, "fact": 2}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An item before packing: what identifies it (``key``, for deduplication), its fused
+    score, the line body (without its number) and the MemoryItem fields it carries."""
+
+    key: tuple[Any, ...]
+    score: float
+    body: str
+    fields: dict[str, Any] = field(hash=False)
+
+    @property
+    def kind(self) -> str:
+        return str(self.fields["kind"])
+
+
+@dataclass(frozen=True)
+class Packed:
+    items: list[MemoryItem]
+    used_tokens: int
+
+    @property
+    def text(self) -> str:
+        return "\n".join(item.line for item in self.items)
+
+
+def period_of(expression: str, resolved: ResolvedDate, *, filters: bool = False) -> ResolvedPeriod | None:
+    """A resolved date as the calendar days it stands for (None when they leave the calendar)."""
+    window = DateRange.of(resolved)
+    if window is None:
+        return None
+    first, last = window.days
+    return ResolvedPeriod(expression=expression, start=first, end=last, precision=resolved.precision,
+                          filters=filters)
+
+
+def period_text(period: ResolvedPeriod) -> str:
+    return period.start.isoformat() if period.start == period.end else f"{period.start}..{period.end}"
+
+
+def _said_dates(text: str, said: datetime) -> list[ResolvedPeriod]:
+    periods = (period_of(expression, resolved) for expression, resolved in relative_dates(text, said))
+    return [p for p in periods if p is not None]
+
+
+def turn_candidate(turn: RetrievedTurn) -> Candidate:
+    """A turn, verbatim, at its speaker's local time; relative dates it uses resolved after it."""
+    local = turn.ts.astimezone(timezone(timedelta(seconds=turn.tz_offset_s)))
+    dates = _said_dates(turn.text, local)
+    body = f"{local:%Y-%m-%d %H:%M (%A)} {turn.speaker}: {turn.text}"
+    if dates:
+        body += " [" + "; ".join(f"{p.expression} = {period_text(p)}" for p in dates) + "]"
+    scores = {"rrf": turn.score}
+    scores |= {name: float(rank) for name, rank in (("dense_rank", turn.dense_rank),
+                                                     ("lexical_rank", turn.lexical_rank)) if rank is not None}
+    return Candidate(
+        key=("turn", turn.conversation_id, turn.turn_id), score=turn.score, body=body,
+        fields={"kind": "turn", "conversation_id": turn.conversation_id, "segment_id": turn.segment_id,
+                "turn_id": turn.turn_id,
+                "turn_ids": [turn.turn_id], "speaker": turn.speaker, "text": turn.text, "time": local,
+                "dates": dates, "scores": scores},
+    )
+
+
+def gist_candidate(row: dict[str, Any], rank: int, rrf_k: int) -> Candidate:
+    """A gist (its sentence starts with its absolute date), ranked by meaning."""
+    score = reciprocal_rank(rank, rrf_k)
+    return Candidate(
+        # The same sentence from two overlapping segments is one item.
+        key=("gist", row["conversation_id"], " ".join(row["text"].lower().split())), score=score,
+        body=f"gist: {row['text']}",
+        fields={"kind": "gist", "conversation_id": row["conversation_id"], "segment_id": row["segment_id"],
+                "gist_id": row["gist_id"], "turn_ids": list(row["turn_ids"]), "text": row["text"],
+                "time": row["said_at"], "event_date": row["event_date"], "date_precision": row["date_precision"],
+                "scores": {"rrf": score, "dense_rank": float(rank), "dense": 1.0 - float(row["distance"])}},
+    )
+
+
+def fact_span(point: date | None, start: date | None, end: date | None) -> str:
+    if point:
+        return f"on {point}"
+    if start or end:
+        return f"from {start or '?'} to {end or 'now'}"
+    return "time not stated"
+
+
+def fact_candidate(row: dict[str, Any], rank: int, rrf_k: int) -> Candidate:
+    """A temporal fact about an entity the question names; a superseded one says so."""
+    score = reciprocal_rank(rank, rrf_k)
+    quote = f"{row['subject']} {row['predicate'].replace('_', ' ')} {row['object']}"
+    status = "" if row["current"] else "; superseded"
+    body = (f"fact: {quote}, {fact_span(row['point_in_time'], row['start_time'], row['end_time'])}"
+            f" (said {row['said_at']:%Y-%m-%d}{status})")
+    return Candidate(
+        # One statement from two overlapping segments is one fact.
+        key=("fact", row["conversation_id"], quote, row["point_in_time"], row["start_time"], row["end_time"],
+             row["said_at"]),
+        score=score, body=body,
+        fields={"kind": "fact", "conversation_id": row["conversation_id"], "segment_id": row["segment_id"],
+                "fact_id": row["fact_id"], "turn_ids": list(row["turn_ids"]), "text": quote, "time": row["said_at"],
+                "point_in_time": row["point_in_time"], "start_time": row["start_time"], "end_time": row["end_time"],
+                "current": bool(row["current"]), "scores": {"rrf": score, "entity_rank": float(rank)}},
+    )
+
+
+def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """Best first (score, then turns before gists before facts, then key), each key once."""
+    ordered = sorted(candidates, key=lambda c: (-c.score, _KIND_ORDER[c.kind], repr(c.key)))
+    seen: set[tuple[Any, ...]] = set()
+    unique = []
+    for candidate in ordered:
+        if candidate.key not in seen:
+            seen.add(candidate.key)
+            unique.append(candidate)
+    return unique
+
+
+def pack(ranked: Sequence[Candidate], budget_tokens: int) -> Packed:
+    """Greedily, best first: every item whose numbered line still fits the budget, counting one
+    separator token between lines. A line too long for what is left is skipped, not cut."""
+    items: list[MemoryItem] = []
+    used = 0
+    for candidate in ranked:
+        line = f"[{len(items) + 1}] {candidate.body}"
+        tokens = estimate_tokens(line)
+        cost = tokens + (SEPARATOR_TOKENS if items else 0)
+        if used + cost > budget_tokens:
+            continue
+        items.append(MemoryItem(**candidate.fields, rank=len(items) + 1, line=line, tokens=tokens))
+        used += cost
+        if budget_tokens - used < MIN_LINE_TOKENS:
+            break
+    return Packed(items, used)
+
+
+def used_tokens(items: Sequence[MemoryItem]) -> int:
+    return sum(item.tokens for item in items) + SEPARATOR_TOKENS * max(0, len(items) - 1)

@@ -1,0 +1,178 @@
+"""The context read on the real PostgreSQL (in process, as the eval harness calls it): the budget
+holds, another tenant's memory never appears, "last week" is resolved against when it was asked
+and only memory of it comes back, facts are current unless the question asks about the past."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from consumers.context import build_context
+from consumers.modes.fast import answer_fast
+from consumers.retrieval import Recipes
+from epistream.contracts import MemoryContext, Mode, Question, TimeRange
+from epistream.db import create_pool
+from epistream.embeddings import Embedder
+from epistream.llm import ModelClient, create_client
+from epistream.metrics import Metrics
+from epistream.prompts import estimate_tokens
+from pipeline.ingest import ingest_batch
+from pipeline.records import RawRecord
+from pipeline.segmenter import SegmenterConfig
+from tests.support.scripted_llm import ScriptedLLM
+
+from .helpers import make_turns
+from .seed import seed_memory
+
+pytestmark = pytest.mark.integration
+
+ASKED = datetime(2024, 3, 27, 12, 0, tzinfo=UTC)  # a Wednesday; the seeded turns are of Monday 2024-03-18
+
+
+@dataclass(frozen=True)
+class Deps:
+    pool: AsyncConnectionPool
+    embedder: Embedder
+    recipes: Recipes
+
+
+@pytest.fixture(scope="module")
+def memory(postgres):
+    """Tenant A's seeded memory (turns, a segment, gists, facts) and tenant B's own turns."""
+    tenant, other = f"ctx-a-{datetime.now().timestamp():.0f}", f"ctx-b-{datetime.now().timestamp():.0f}"
+    seed_memory(postgres, tenant, "conv-a")
+    seed_memory(postgres, other, "conv-b")
+    secret = make_turns(other, "conv-b-secret", [("Zed", "My zebra Quixote plays the xylophone in Lisbon.")])
+    embedder = Embedder.from_settings(postgres)
+
+    async def ingest() -> None:
+        pool = create_pool(postgres)
+        await pool.open(wait=True)
+        try:
+            await ingest_batch([RawRecord("memory.turns", 0, 0, None, t.to_bytes(), None) for t in secret], pool=pool,
+                               embedder=embedder, metrics=Metrics.create(), segmenter=SegmenterConfig())
+        finally:
+            await pool.close()
+
+    asyncio.run(ingest())
+    return tenant, other, embedder
+
+
+def _read(postgres, embedder, **kwargs) -> MemoryContext:
+    async def go() -> MemoryContext:
+        pool = create_pool(postgres)
+        await pool.open(wait=True)
+        try:
+            return await build_context(Deps(pool, embedder, Recipes()), asked_at=ASKED, **kwargs)
+        finally:
+            await pool.close()
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("budget", [50, 120, 1000])
+def test_the_items_and_the_text_fit_the_budget(postgres, memory, budget):
+    tenant, _, embedder = memory
+    context = _read(postgres, embedder, tenant=tenant, question="Where did Alice move, and what pets were adopted?",
+                    budget_tokens=budget)
+    assert context.items and context.error is None
+    assert sum(i.tokens for i in context.items) + len(context.items) - 1 == context.used_tokens <= budget
+    assert estimate_tokens(context.text) <= budget
+    assert context.text.splitlines() == [i.line for i in context.items]
+    assert all(i.tokens == estimate_tokens(i.line) for i in context.items)
+    turns = [(i.conversation_id, i.turn_id) for i in context.items if i.kind == "turn"]
+    assert len(turns) == len(set(turns))  # never the same turn twice
+    if budget == 1000:  # room for everything: turns, gists and facts, with ids, times and scores
+        assert {i.kind for i in context.items} == {"turn", "gist", "fact"}
+        turn = next(i for i in context.items if i.kind == "turn")
+        assert turn.time.utcoffset() == timedelta(hours=1) and "rrf" in turn.scores and turn.turn_ids == [turn.turn_id]
+        assert turn.segment_id == "conv-a#0000"
+        gist = next(i for i in context.items if i.kind == "gist")
+        assert gist.gist_id and gist.segment_id and gist.event_date and gist.date_precision and gist.turn_ids
+
+
+def test_another_tenants_memory_never_appears(postgres, memory):
+    tenant, other, embedder = memory
+    context = _read(postgres, embedder, tenant=tenant, question="Who plays the xylophone with a zebra named Quixote?",
+                    budget_tokens=4000)
+    assert context.items  # tenant A's own memory still answers (by meaning)
+    assert {i.conversation_id for i in context.items} == {"conv-a"}
+    assert "Quixote" not in context.text and "xylophone" not in context.text
+    theirs = _read(postgres, embedder, tenant=other, question="Who plays the xylophone with a zebra named Quixote?",
+                   budget_tokens=4000)
+    assert "Quixote" in theirs.text and "conv-a" not in {i.conversation_id for i in theirs.items}
+
+
+def test_last_week_is_resolved_against_when_it_was_asked_and_only_its_memory_comes_back(postgres, memory):
+    tenant, _, embedder = memory
+    context = _read(postgres, embedder, tenant=tenant, question="What did Alice do last week?", budget_tokens=2000)
+    (period,) = [p for p in context.resolved if p.filters]
+    assert (period.expression, str(period.start), str(period.end)) == ("last week", "2024-03-18", "2024-03-24")
+    assert context.items and all(i.kind in ("turn", "fact") for i in context.items)  # no gist is of that week
+    start, end = datetime(2024, 3, 18, tzinfo=UTC), datetime(2024, 3, 25, tzinfo=UTC)
+    assert all(start <= i.time < end for i in context.items if i.kind == "turn")
+    facts = [i for i in context.items if i.kind == "fact"]
+    assert [f.text for f in facts] == ["Alice lives in Lisbon"]  # from 2024-03-13, open: it meets last week
+
+    earlier = _read(postgres, embedder, tenant=tenant, question="What did Alice do last month?", budget_tokens=2000)
+    assert not [i for i in earlier.items if i.kind == "turn"]  # every turn is of March
+    assert {i.text for i in earlier.items} >= {"2024-02-26: Alice adopted a cat named Miso.", "Alice adopted Miso"}
+    assert earlier.past  # a period that has ended: how things were, superseded facts included
+
+
+def test_an_asked_time_range_is_kept_to(postgres, memory):
+    tenant, _, embedder = memory
+    outside = TimeRange(start=datetime(2024, 3, 19, tzinfo=UTC))
+    context = _read(postgres, embedder, tenant=tenant, question="Where did Alice move?", budget_tokens=1000,
+                    time_range=outside)
+    assert not [i for i in context.items if i.kind in ("turn", "gist")] and context.time_range == outside
+
+
+def test_current_facts_unless_the_question_asks_about_the_past(postgres, memory):
+    tenant, _, embedder = memory
+    now = _read(postgres, embedder, tenant=tenant, question="Where does Alice live?", budget_tokens=2000)
+    facts = {i.text: i.current for i in now.items if i.kind == "fact"}
+    assert not now.past and facts.get("Alice lives in Lisbon") is True and "Alice lives in Porto" not in facts
+    then = _read(postgres, embedder, tenant=tenant, question="Where did Alice live before Lisbon?", budget_tokens=2000)
+    facts = {i.text: i for i in then.items if i.kind == "fact"}
+    assert then.past and facts["Alice lives in Porto"].current is False and facts["Alice lives in Lisbon"].current
+    assert "superseded" in facts["Alice lives in Porto"].line and str(facts["Alice lives in Porto"].end_time) == "2024-03-01"
+
+
+def test_fast_mode_puts_the_same_budgeted_context_before_its_master(postgres, memory):
+    tenant, _, embedder = memory
+    question = Question(question_id="q-fast", tenant=tenant, question="Where did Alice move?", asked_at=ASKED,
+                        mode=Mode.FAST, budget_tokens=300)
+
+    def master(body: dict) -> tuple[int, str]:
+        return 200, json.dumps({"answer": "Lisbon", "abstain": False, "evidence": [1]})
+
+    async def go():
+        pool = create_pool(postgres)
+        await pool.open(wait=True)
+        try:
+            with ScriptedLLM(master) as server:
+                client = ModelClient(create_client(postgres, base_url=server.base_url, timeout_s=30), role="master",
+                                     model="scripted", json_mode=postgres.llm_json_mode, metrics=Metrics.create(),
+                                     max_retries=0, backoff_s=0.01)
+                deps = SimpleNamespace(settings=postgres, pool=pool, embedder=embedder, recipes=Recipes(),
+                                       master=client)
+                result = await answer_fast(question, deps)
+                expected = await build_context(deps, tenant=tenant, question=question.question, asked_at=ASKED,
+                                               budget_tokens=300)
+                return result, expected, server.requests
+        finally:
+            await pool.close()
+
+    result, expected, requests = asyncio.run(go())
+    (request,) = requests
+    prompt = request["messages"][1]["content"]
+    assert f"<memory>\n{expected.text}\n</memory>" in prompt and expected.used_tokens <= 300
+    first = expected.items[0]
+    assert result.answer == "Lisbon" and result.evidence[0].turn_ids == first.turn_ids
+    assert result.evidence[0].quote == first.text
