@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
@@ -110,7 +111,7 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
         deps.metrics.questions_answered.labels(mode_of(reply), "failed").inc()
         await dead_letter(letter, deps.metrics, record, stage=STAGE, error=exc)
     key = question.question_id.encode()
-    fitted = fit_context(reply, key) if isinstance(reply, MemoryContext) else fit_answer(reply, key)
+    fitted = fit_reply(reply, key)
     outcome.messages.insert(0, (destination, key, fitted.to_bytes()))
     outcome.answer = reply
     return outcome
@@ -126,42 +127,40 @@ def mode_of(reply: Reply) -> str:
     return Mode.CONTEXT.value if isinstance(reply, MemoryContext) else reply.mode.value
 
 
-def fit_context(context: MemoryContext, key: bytes, limit: int = DEFAULT_MAX_REQUEST_SIZE) -> MemoryContext:
-    """The context as one Kafka message carries it: the lowest-ranked items (and their lines) go
-    first until it fits, so the reply stays a valid, smaller context."""
-    def size(candidate: MemoryContext) -> int:
+Reply = TypeVar("Reply", Answer, MemoryContext)
+
+
+def _shrink_context(context: MemoryContext) -> MemoryContext | None:
+    """A tenth fewer items (at least one), the lowest-ranked first: the reply stays a valid, smaller context."""
+    if not context.items:
+        return None
+    kept = context.items[: max(0, len(context.items) - max(1, len(context.items) // 10))]
+    return context.model_copy(update={"items": kept, "text": "\n".join(i.line for i in kept),
+                                      "used_tokens": used_tokens(kept)})
+
+
+def _shrink_answer(answer: Answer) -> Answer | None:
+    """One evidence item fewer, from the end; with none left, the answer's text halved (with a mark)."""
+    if answer.evidence:
+        return answer.model_copy(update={"evidence": answer.evidence[:-1]})
+    if len(answer.answer) > 64:
+        return answer.model_copy(update={"answer": answer.answer[: len(answer.answer) // 2] + " [cut]"})
+    return None
+
+
+def fit_reply(reply: Reply, key: bytes, limit: int = DEFAULT_MAX_REQUEST_SIZE) -> Reply:
+    """The reply as one Kafka message carries it. A reply over the limit would fail its send on every
+    retry, so it is shrunk (its least relevant parts first) until it fits, with a warning of how much went."""
+    def size(candidate: Answer | MemoryContext) -> int:
         return record_size(key, candidate.to_bytes())
 
-    if size(context) <= limit:
-        return context
-    fitted = context
-    while fitted.items and size(fitted) > limit:
-        kept = fitted.items[: max(0, len(fitted.items) - max(1, len(fitted.items) // 10))]
-        fitted = context.model_copy(update={"items": kept, "text": "\n".join(i.line for i in kept),
-                                            "used_tokens": used_tokens(kept)})
-    log.warning("context for %s was %d bytes, over the %d-byte message limit: %d of %d items kept",
-                context.question_id, size(context), limit, len(fitted.items), len(context.items))
-    return fitted
-
-
-def fit_answer(answer: Answer, key: bytes, limit: int = DEFAULT_MAX_REQUEST_SIZE) -> Answer:
-    """The answer as one Kafka message can carry it: an answer over the limit would fail its send on
-    every retry, so evidence is dropped from the end until it fits (and, were that not enough, the
-    answer's text is cut), with a warning that says how much went."""
-    def size(candidate: Answer) -> int:
-        return record_size(key, candidate.to_bytes())
-
-    if size(answer) <= limit:
-        return answer
-    fitted, evidence = answer, list(answer.evidence)
-    while evidence and size(fitted) > limit:
-        evidence.pop()
-        fitted = answer.model_copy(update={"evidence": list(evidence)})
-    if size(fitted) > limit:
-        over = size(fitted) - limit
-        fitted = fitted.model_copy(update={"answer": fitted.answer[: max(0, len(fitted.answer) - over - 64)] + " [cut]"})
-    log.warning("answer to %s was %d bytes, over the %d-byte message limit: %d of %d evidence items kept",
-                answer.question_id, size(answer), limit, len(fitted.evidence), len(answer.evidence))
+    shrink = _shrink_context if isinstance(reply, MemoryContext) else _shrink_answer
+    fitted: Reply = reply
+    while size(fitted) > limit and (smaller := shrink(fitted)) is not None:  # type: ignore[operator]
+        fitted = smaller
+    if fitted is not reply:
+        log.warning("reply to %s was %d bytes, over the %d-byte message limit: cut to %d bytes",
+                    reply.question_id, size(reply), limit, size(fitted))
     return fitted
 
 

@@ -19,7 +19,7 @@ from consumers.packing import (
 )
 from consumers.retrieval import FUSED_TURNS, RetrievedTurn
 from consumers.timefilter import asks_about_past, find_period
-from consumers.worker import fit_context
+from consumers.worker import fit_reply
 from epistream.contracts import (
     Answer,
     MemoryContext,
@@ -145,7 +145,7 @@ def test_a_reply_over_the_message_limit_drops_its_lowest_ranked_items():
     packed = pack(rank(turns), 32_000)
     context = MemoryContext(question_id="q", tenant="t", asked_at=ASKED, items=packed.items, text=packed.text,
                             budget_tokens=32_000, used_tokens=packed.used_tokens, latency_ms=1.0)
-    fitted = fit_context(context, b"q", limit=8_000)
+    fitted = fit_reply(context, b"q", limit=8_000)
     assert 0 < len(fitted.items) < len(context.items) and fitted.items == context.items[: len(fitted.items)]
     assert fitted.text.splitlines() == [i.line for i in fitted.items] and fitted.used_tokens == used_tokens(fitted.items)
     assert len(fitted.to_bytes()) <= 8_000
