@@ -177,16 +177,18 @@ def kept_per_question(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def stored_systems(memory, recipes, turns_by_id) -> list[System]:  # type: ignore[no-untyped-def]
-    """The systems over the stored memory; the ``_simple`` ones read the question's keywords back
-    under the 'simple' configuration instead of 'english' (fragments.any_keyword's double stemming)."""
-    from .budget_stored import RouterSegments, StoredTurns
+    """The systems over the stored memory: the context read, fused and dense turn search, the deep-mode
+    router and fast mode's turns; the ``_english_restem`` ones read the question's keywords back under
+    'english' as the product did before (fragments.any_keyword's double stemming), for the ablation."""
+    from .budget_stored import ContextRead, RouterSegments, StoredTurns
 
-    simple = replace(recipes, turns=replace(recipes.turns, keyword_config="simple"),
-                     router=replace(recipes.router, keyword_config="simple"))
-    return [StoredTurns("fused_turns", memory, recipes), StoredTurns("dense_turns", memory, recipes, dense_only=True),
+    restem = replace(recipes, turns=replace(recipes.turns, keyword_config="english"),
+                     router=replace(recipes.router, keyword_config="english"))
+    return [ContextRead(memory, recipes),
+            StoredTurns("fused_turns", memory, recipes), StoredTurns("dense_turns", memory, recipes, dense_only=True),
             RouterSegments(memory, recipes, turns_by_id), StoredTurns("fast_turns", memory, recipes, as_fast_mode=True),
-            StoredTurns("fused_turns_simple", memory, simple), RouterSegments(memory, simple, turns_by_id,
-                                                                              name="router_simple")]
+            StoredTurns("fused_turns_english_restem", memory, restem),
+            RouterSegments(memory, restem, turns_by_id, name="router_english_restem")]
 
 
 async def on_stack_memory(settings: Settings, pool, tenant: str, samples: list[LocomoSample],  # type: ignore[no-untyped-def]

@@ -24,6 +24,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
+from consumers.context import build_context
 from consumers.modes.deep import window_for
 from consumers.retrieval import DENSE_TURNS, Recipes, search_turns
 from consumers.router import route
@@ -159,3 +160,30 @@ class RouterSegments:
                 turn = self._turns[(segment.conversation_id, turn_id)]
                 out.append(turn_piece(turn.turn_id, turn.speaker, turn.text))
         return out
+
+
+@dataclass(frozen=True)
+class _ContextDeps:
+    pool: AsyncConnectionPool
+    embedder: object  # unused: the query's vector is passed in
+    recipes: Recipes
+
+
+class ContextRead:
+    """The product's `context` read (consumers.context.build_context), asked once per budget; each item
+    costs what its line costs in the reply's text block (with its rank and date: stricter than
+    ``speaker: text``)."""
+
+    name = "context"
+    budget_aware = True
+
+    def __init__(self, memory: Memory, recipes: Recipes) -> None:
+        self._memory = memory
+        self._deps = _ContextDeps(memory.pool, None, recipes)
+
+    async def pieces(self, query: Query, budget: int) -> Sequence[Piece]:
+        context = await build_context(self._deps, tenant=self._memory.tenant, question=query.question,  # type: ignore[arg-type]
+                                      asked_at=query.asked_at, budget_tokens=budget,
+                                      conversation_ids=[query.conversation_id], vector=query.vector)
+        return [Piece(tuple(item.turn_ids), item.line, item.tokens, verbatim=item.kind == "turn")
+                for item in context.items]

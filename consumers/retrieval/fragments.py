@@ -111,9 +111,10 @@ KEYWORD_PHRASE = sql.SQL("phraseto_tsquery('english', %(query)s)")
 def any_keyword(config: TextSearchConfig) -> sql.Composed:
     """The question's lexemes OR-ed (plainto_tsquery alone ANDs them: too strict to rank with).
 
-    The text of a tsquery is valid tsquery input, read again under ``config``. Known bug,
-    kept until a later issue fixes and measures it: 'english' re-stems lexemes that
-    plainto_tsquery already stemmed; 'simple' keeps them as they are.
+    The text of a tsquery is valid tsquery input, read again under ``config``. 'simple' keeps
+    plainto_tsquery's lexemes as they are; 'english' stems them a second time (sunrise -> 'sunris'
+    -> 'sunri', which no stored text holds: 67 of the 760 LoCoMo dev questions), kept only as the
+    ablation of that old behaviour (bench.budget_recall's ``*_english_restem`` systems).
     """
     if config not in get_args(TextSearchConfig):
         raise ValueError(f"text-search configuration must be one of {get_args(TextSearchConfig)}, not {config!r}")

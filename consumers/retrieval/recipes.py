@@ -41,7 +41,7 @@ class TurnRecipe:
     pool: int = 50
     rrf_k: int = 60
     top_k: int = 8
-    keyword_config: TextSearchConfig = "english"  # of the OR-ed keyword query
+    keyword_config: TextSearchConfig = "simple"  # of the OR-ed keyword query (fragments.any_keyword)
 
     def __post_init__(self) -> None:
         _check(self.pathways, TURN_PATHWAYS, self.keyword_config)
@@ -62,7 +62,7 @@ class SegmentRecipe:
     pathways: tuple[SegmentPathway, ...] = SEGMENT_PATHWAYS
     force_include: bool = True
     rrf_k: int = 60
-    keyword_config: TextSearchConfig = "english"  # of the OR-ed keyword query
+    keyword_config: TextSearchConfig = "simple"  # of the OR-ed keyword query (fragments.any_keyword)
 
     def __post_init__(self) -> None:
         _check(self.pathways, SEGMENT_PATHWAYS, self.keyword_config)
@@ -84,8 +84,8 @@ ROUTER_DEFAULT = SegmentRecipe()
 ROUTER_RRF = replace(ROUTER_DEFAULT, fusion="rrf")
 FUSED_TURNS = TurnRecipe()  # fast mode's turns
 DENSE_TURNS = replace(FUSED_TURNS, pathways=("dense",))  # the dense top-k baseline of the eval
-# The tools' "any word" query reads plainto's lexemes under 'simple' (kept as they are);
-# the router and fused turn search read them under 'english' (see fragments.any_keyword).
+# The tools' "any word" query reads plainto's lexemes under 'simple' (kept as they are), as the
+# router and fused turn search do (see fragments.any_keyword).
 TOOL_KEYWORD_CONFIG: TextSearchConfig = "simple"
 
 

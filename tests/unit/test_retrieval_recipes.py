@@ -46,11 +46,11 @@ def text(composed: sql.Composable) -> str:
 def test_named_recipes_are_the_defaults_the_worker_used():
     assert ROUTER_DEFAULT == SegmentRecipe(top_k=5, candidates=50, fusion="minmax", weights=(0.3, 0.4, 0.3),
                                            pathways=("summary", "dense", "lexical"), force_include=True, rrf_k=60,
-                                           keyword_config="english")
+                                           keyword_config="simple")
     assert ROUTER_DEFAULT.turn_candidates == 200
     assert ROUTER_RRF == replace(ROUTER_DEFAULT, fusion="rrf")
     assert FUSED_TURNS == TurnRecipe(pathways=("dense", "lexical"), pool=50, rrf_k=60, top_k=8,
-                                     keyword_config="english")
+                                     keyword_config="simple")
     assert DENSE_TURNS.pathways == ("dense",) and DENSE_TURNS.pool == FUSED_TURNS.pool
     assert TOOL_KEYWORD_CONFIG == "simple"
 

@@ -1,0 +1,45 @@
+"""The keyword pathway reads the question's lexemes as plainto_tsquery stemmed them, once: a word the
+'english' configuration would stem again ("sunrise" -> 'sunris' -> 'sunri') still finds its turn."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from consumers.retrieval import FUSED_TURNS, search_turns
+from epistream.db import tenant_scope
+from epistream.embeddings import Embedder
+from epistream.metrics import Metrics
+from pipeline.ingest import ingest_batch
+from pipeline.records import RawRecord
+
+from .helpers import make_turns
+
+pytestmark = pytest.mark.integration
+
+SAID = [("Ana", "We watched the sunrise from the lighthouse."), ("Ben", "We raised enough for the kayak club."),
+        ("Ana", "The ferry was late again.")]
+
+
+# Every other word is a stop word, so only the twice-stemmed one could match.
+@pytest.mark.parametrize(("question", "turn_id"), [("And what about the sunrise?", "t001"),
+                                                   ("What was it they raised?", "t002")])
+async def test_a_word_stemmed_once_finds_its_turn(postgres, pool, unique, question, turn_id):
+    embedder = Embedder.from_settings(postgres)
+    tenant, conversation = unique("tenant"), unique("conv")
+    turns = make_turns(tenant, conversation, SAID)
+    records = [RawRecord("memory.turns", 0, i, None, t.to_bytes(), int(time.time() * 1000)) for i, t in enumerate(turns)]
+    await ingest_batch(records, pool=pool, embedder=embedder, metrics=Metrics.create())
+
+    async def lexical(config: str) -> list[str]:
+        recipe = replace(FUSED_TURNS, pathways=("lexical",), keyword_config=config)
+        async with pool.connection() as conn, tenant_scope(conn, tenant):
+            found = await search_turns(conn, tenant=tenant, query=question, vector=embedder.embed_one(question),
+                                       conversation_ids=[conversation], recipe=recipe)
+        return [t.turn_id for t in found]
+
+    assert FUSED_TURNS.keyword_config == "simple"
+    assert (await lexical("simple"))[:1] == [turn_id]
+    assert turn_id not in await lexical("english")  # the old double stemming: the word never matched
