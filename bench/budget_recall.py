@@ -177,14 +177,20 @@ def kept_per_question(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def stored_systems(memory, recipes, turns_by_id) -> list[System]:  # type: ignore[no-untyped-def]
-    """The systems over the stored memory: the context read, fused and dense turn search, the deep-mode
-    router and fast mode's turns; the ``_english_restem`` ones read the question's keywords back under
-    'english' as the product did before (fragments.any_keyword's double stemming), for the ablation."""
+    """The systems over the stored memory: the context read (and its neighbour-turn ablations), fused and
+    dense turn search, the deep-mode router and fast mode's turns; the ``_english_restem`` ones read the
+    question's keywords back under 'english' as the product did before (fragments.any_keyword's double
+    stemming), for the ablation."""
+    from consumers.context import Neighbours
+
     from .budget_stored import ContextRead, RouterSegments, StoredTurns
 
     restem = replace(recipes, turns=replace(recipes.turns, keyword_config="english"),
                      router=replace(recipes.router, keyword_config="english"))
     return [ContextRead(memory, recipes),
+            ContextRead(memory, recipes, name="context_no_neighbours", neighbours=Neighbours(seeds=0)),
+            ContextRead(memory, recipes, name="context_neighbours_10_at_0.8", neighbours=Neighbours(seeds=10, share=0.8)),
+            ContextRead(memory, recipes, name="context_neighbours_3_at_0.95", neighbours=Neighbours(seeds=3, share=0.95)),
             StoredTurns("fused_turns", memory, recipes), StoredTurns("dense_turns", memory, recipes, dense_only=True),
             RouterSegments(memory, recipes, turns_by_id), StoredTurns("fast_turns", memory, recipes, as_fast_mode=True),
             StoredTurns("fused_turns_english_restem", memory, restem),

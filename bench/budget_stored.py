@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
-from consumers.context import build_context
+from consumers.context import NEIGHBOURS, Neighbours, build_context
 from consumers.modes.deep import window_for
 from consumers.retrieval import DENSE_TURNS, Recipes, search_turns
 from consumers.router import route
@@ -174,16 +174,19 @@ class ContextRead:
     costs what its line costs in the reply's text block (with its rank and date: stricter than
     ``speaker: text``)."""
 
-    name = "context"
     budget_aware = True
 
-    def __init__(self, memory: Memory, recipes: Recipes) -> None:
+    def __init__(self, memory: Memory, recipes: Recipes, *, name: str = "context",
+                 neighbours: Neighbours = NEIGHBOURS) -> None:
+        self.name = name
         self._memory = memory
         self._deps = _ContextDeps(memory.pool, None, recipes)
+        self._neighbours = neighbours
 
     async def pieces(self, query: Query, budget: int) -> Sequence[Piece]:
         context = await build_context(self._deps, tenant=self._memory.tenant, question=query.question,  # type: ignore[arg-type]
                                       asked_at=query.asked_at, budget_tokens=budget,
-                                      conversation_ids=[query.conversation_id], vector=query.vector)
+                                      conversation_ids=[query.conversation_id], vector=query.vector,
+                                      neighbours=self._neighbours)
         return [Piece(tuple(item.turn_ids), item.line, item.tokens, verbatim=item.kind == "turn")
                 for item in context.items]

@@ -33,8 +33,17 @@ from epistream.db import tenant_scope
 from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
 
-from .packing import Candidate, fact_candidate, gist_candidate, pack, period_of, rank, turn_candidate
-from .retrieval import Recipes, TurnRecipe, facts_named, nearest_gists, search_turns
+from .packing import (
+    Candidate,
+    fact_candidate,
+    gist_candidate,
+    neighbour_candidate,
+    pack,
+    period_of,
+    rank,
+    turn_candidate,
+)
+from .retrieval import Recipes, TurnRecipe, facts_named, nearest_gists, neighbour_turns, search_turns
 from .timefilter import Period, asks_about_past, find_period
 
 #: A turn's line is rarely under this many tokens (date, speaker, a few words): the budget over it
@@ -45,6 +54,19 @@ MAX_TURN_CANDIDATES = 1_000
 TOKENS_PER_STRUCTURED = 100
 GIST_CANDIDATES = (5, 100)
 FACT_CANDIDATES = (10, 100)
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """The turns beside the best ``seeds`` turn hits (``each_side`` before and after), each ranked at
+    ``share`` of its seed's score (chosen on the pick split: bench.budget_recall's context_* rows)."""
+
+    seeds: int = 5
+    each_side: int = 1
+    share: float = 0.9
+
+
+NEIGHBOURS = Neighbours()
 
 
 class ContextDeps(Protocol):
@@ -108,19 +130,23 @@ def candidate_counts(budget_tokens: int, recipe: TurnRecipe) -> tuple[TurnRecipe
 
 async def _candidates(deps: ContextDeps, *, tenant: str, question: str, vector: np.ndarray,
                       conversation_ids: list[str] | None, window: Window, past: bool,
-                      budget_tokens: int) -> list[Candidate]:
+                      budget_tokens: int, neighbours: Neighbours) -> list[Candidate]:
     recipe, gists, facts = candidate_counts(budget_tokens, deps.recipes.turns)
     first_day, last_day = window.days
     async with deps.pool.connection() as conn, tenant_scope(conn, tenant):
         turns = await search_turns(conn, tenant=tenant, query=question, vector=vector,
                                    conversation_ids=conversation_ids, recipe=recipe, start=window.start,
                                    end=window.end)
+        seeds = [turn_candidate(t) for t in turns]
+        beside = await neighbour_turns(conn, tenant=tenant, seeds=turns[: neighbours.seeds],
+                                       each_side=neighbours.each_side, start=window.start, end=window.end)
         gist_rows = await nearest_gists(conn, tenant=tenant, vector=vector, conversation_ids=conversation_ids,
                                         limit=gists, first_day=first_day, last_day=last_day)
         fact_rows = await facts_named(conn, tenant=tenant, question=question, conversation_ids=conversation_ids,
                                       limit=facts, with_superseded=past, first_day=first_day, last_day=last_day)
     k = recipe.rrf_k
-    return ([turn_candidate(t) for t in turns]
+    return (seeds
+            + [neighbour_candidate(n.turn, seeds[n.seed - 1], n.seed, neighbours.share) for n in beside]
             + [gist_candidate(row, n, k) for n, row in enumerate(gist_rows, start=1)]
             + [fact_candidate(row, n, k) for n, row in enumerate(fact_rows, start=1)])
 
@@ -129,7 +155,7 @@ async def build_context(
     deps: ContextDeps, *, tenant: str, question: str, asked_at: datetime | None,
     budget_tokens: int = CONTEXT_BUDGET_DEFAULT, time_range: TimeRange | None = None,
     conversation_ids: list[str] | None = None, question_id: str = "in-process",
-    vector: np.ndarray | None = None,
+    vector: np.ndarray | None = None, neighbours: Neighbours = NEIGHBOURS,
 ) -> MemoryContext:
     """The best memory for ``question`` within ``budget_tokens`` (estimate_tokens of the text block),
     ranked best first, as a MemoryContext; no model call. ``vector``: the question's embedding,
@@ -146,7 +172,7 @@ async def build_context(
             vector = (await asyncio.to_thread(deps.embedder.embed, [question]))[0]
         candidates = await _candidates(deps, tenant=tenant, question=question, vector=vector,
                                        conversation_ids=conversation_ids, window=window, past=past,
-                                       budget_tokens=budget_tokens)
+                                       budget_tokens=budget_tokens, neighbours=neighbours)
     packed = pack(rank(candidates), budget_tokens)
     return MemoryContext(
         question_id=question_id, tenant=tenant, asked_at=anchor, items=packed.items, text=packed.text,

@@ -11,7 +11,7 @@ in the text block, so its cost is counted on exactly the text the reader gets.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
@@ -91,6 +91,14 @@ def turn_candidate(turn: RetrievedTurn) -> Candidate:
                 "turn_ids": [turn.turn_id], "speaker": turn.speaker, "text": turn.text, "time": local,
                 "dates": dates, "scores": scores},
     )
+
+
+def neighbour_candidate(turn: RetrievedTurn, seed: Candidate, seed_rank: int, share: float) -> Candidate:
+    """A turn beside a strong hit, ranked just below it (``share`` of its score): the answer to a
+    question, or the follow-up of a statement, is often the next turn and shares none of its words."""
+    found = turn_candidate(turn)
+    score = seed.score * share
+    return replace(found, score=score, fields={**found.fields, "scores": {"rrf": score, "neighbour_of": float(seed_rank)}})
 
 
 def gist_candidate(row: dict[str, Any], rank: int, rrf_k: int) -> Candidate:

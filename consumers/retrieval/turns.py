@@ -110,6 +110,48 @@ async def search_turns(
         return await cur.fetchall()
 
 
+# The turns just before and after each seed in its conversation (by time, then id), within the window:
+# evidence often spans a question and its answer, or a statement and its follow-up.
+NEIGHBOURS = sql.SQL("""
+SELECT n.conversation_id, n.turn_id, n.speaker, n.text, n.ts, n.session_id, 0.0::float8 AS score,
+       NULL::int AS dense_rank, NULL::int AS lexical_rank, n.tz_offset_s, {segment}, s.ord AS seed
+FROM unnest(%(seed_conversations)s::text[], %(seed_turns)s::text[]) WITH ORDINALITY AS s(conversation_id, turn_id, ord)
+JOIN memory.turns st ON st.tenant = %(tenant)s AND st.conversation_id = s.conversation_id AND st.turn_id = s.turn_id
+CROSS JOIN LATERAL (
+    (SELECT t.* FROM memory.turns t
+     WHERE t.tenant = %(tenant)s AND t.conversation_id = st.conversation_id AND (t.ts, t.turn_id) < (st.ts, st.turn_id)
+       AND {in_window}
+     ORDER BY t.ts DESC, t.turn_id DESC LIMIT %(each_side)s)
+    UNION ALL
+    (SELECT t.* FROM memory.turns t
+     WHERE t.tenant = %(tenant)s AND t.conversation_id = st.conversation_id AND (t.ts, t.turn_id) > (st.ts, st.turn_id)
+       AND {in_window}
+     ORDER BY t.ts, t.turn_id LIMIT %(each_side)s)
+) n
+ORDER BY s.ord, n.ts
+""").format(segment=segment_of("n"), in_window=TURN_IN_WINDOW)
+
+
+@dataclass(frozen=True)
+class NeighbourTurn:
+    """A turn beside a seed (``seed``: the seed's 1-based place in the list asked about)."""
+
+    turn: RetrievedTurn
+    seed: int
+
+
+async def neighbour_turns(conn: AsyncConnection, *, tenant: str, seeds: list[RetrievedTurn], each_side: int = 1,
+                          start: datetime | None = None, end: datetime | None = None) -> list[NeighbourTurn]:
+    """Up to ``each_side`` turns before and after each seed, said within [start, end). Run inside
+    ``tenant_scope(conn, tenant)``."""
+    if not seeds or each_side <= 0:
+        return []
+    params = {"tenant": tenant, "seed_conversations": [t.conversation_id for t in seeds],
+              "seed_turns": [t.turn_id for t in seeds], "each_side": each_side, "start": start, "end": end}
+    found = await rows(conn, NEIGHBOURS, params)
+    return [NeighbourTurn(RetrievedTurn(**{k: v for k, v in r.items() if k != "seed"}), int(r["seed"])) for r in found]
+
+
 async def load_turns(conn: AsyncConnection, *, tenant: str, conversation_id: str, turn_ids: list[str] | tuple[str, ...],
                      order: TurnOrder = "time") -> list[dict[str, Any]]:
     """A conversation's turns by id as dict rows of TURN_FIELDS, in time order or as listed."""

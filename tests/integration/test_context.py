@@ -176,3 +176,33 @@ def test_fast_mode_puts_the_same_budgeted_context_before_its_master(postgres, me
     first = expected.items[0]
     assert result.answer == "Lisbon" and result.evidence[0].turn_ids == first.turn_ids
     assert result.evidence[0].quote == first.text
+
+
+def test_the_turn_after_a_strong_hit_comes_with_it(postgres):
+    """The answer to a question is often the next turn, sharing none of its words: it is read beside its
+    hit, ahead of weaker hits, and without the neighbours it is not."""
+    from consumers.context import Neighbours
+
+    tenant, conversation = f"ctx-n-{datetime.now().timestamp():.0f}", "conv-n"
+    said = [("Ana", "Where did you go on your trip last spring, Ben?"), ("Ben", "Porto, with my sister Clara."),
+            *[("Ana", f"Ben, where would you go on trip number {i}?") for i in range(30)]]
+    turns = make_turns(tenant, conversation, said)
+    embedder = Embedder.from_settings(postgres)
+
+    async def go() -> tuple[MemoryContext, MemoryContext]:
+        pool = create_pool(postgres)
+        await pool.open(wait=True)
+        try:
+            await ingest_batch([RawRecord("memory.turns", 0, i, None, t.to_bytes(), None) for i, t in enumerate(turns)],
+                               pool=pool, embedder=embedder, metrics=Metrics.create())
+            ask = {"tenant": tenant, "question": "Where did Ben go on his trip?", "asked_at": ASKED,
+                   "budget_tokens": 60, "conversation_ids": [conversation]}
+            deps = Deps(pool, embedder, Recipes())
+            return (await build_context(deps, **ask),
+                    await build_context(deps, **ask, neighbours=Neighbours(seeds=0)))
+        finally:
+            await pool.close()
+
+    with_neighbours, without = asyncio.run(go())
+    assert "t002" in [i.turn_id for i in with_neighbours.items]
+    assert "t002" not in [i.turn_id for i in without.items]
