@@ -189,7 +189,7 @@ def stored_systems(memory, recipes, turns_by_id) -> list[System]:  # type: ignor
                      router=replace(recipes.router, keyword_config="english"))
     return [ContextRead(memory, recipes),
             ContextRead(memory, recipes, name="context_no_neighbours", neighbours=Neighbours(seeds=0)),
-            ContextRead(memory, recipes, name="context_neighbours_10_at_0.8", neighbours=Neighbours(seeds=10, share=0.8)),
+            ContextRead(memory, recipes, name="context_neighbours_5_at_0.9", neighbours=Neighbours(seeds=5, share=0.9)),
             ContextRead(memory, recipes, name="context_neighbours_3_at_0.95", neighbours=Neighbours(seeds=3, share=0.95)),
             StoredTurns("fused_turns", memory, recipes), StoredTurns("dense_turns", memory, recipes, dense_only=True),
             RouterSegments(memory, recipes, turns_by_id), StoredTurns("fast_turns", memory, recipes, as_fast_mode=True),
