@@ -127,7 +127,7 @@ def mode_of(reply: Reply) -> str:
     return Mode.CONTEXT.value if isinstance(reply, MemoryContext) else reply.mode.value
 
 
-Reply = TypeVar("Reply", Answer, MemoryContext)
+FittedReply = TypeVar("FittedReply", Answer, MemoryContext)
 
 
 def _shrink_context(context: MemoryContext) -> MemoryContext | None:
@@ -148,14 +148,14 @@ def _shrink_answer(answer: Answer) -> Answer | None:
     return None
 
 
-def fit_reply(reply: Reply, key: bytes, limit: int = DEFAULT_MAX_REQUEST_SIZE) -> Reply:
+def fit_reply(reply: FittedReply, key: bytes, limit: int = DEFAULT_MAX_REQUEST_SIZE) -> FittedReply:
     """The reply as one Kafka message carries it. A reply over the limit would fail its send on every
     retry, so it is shrunk (its least relevant parts first) until it fits, with a warning of how much went."""
     def size(candidate: Answer | MemoryContext) -> int:
         return record_size(key, candidate.to_bytes())
 
     shrink = _shrink_context if isinstance(reply, MemoryContext) else _shrink_answer
-    fitted: Reply = reply
+    fitted: FittedReply = reply
     while size(fitted) > limit and (smaller := shrink(fitted)) is not None:  # type: ignore[operator]
         fitted = smaller
     if fitted is not reply:
