@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, replace
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from typing import Protocol
 
 import numpy as np
@@ -44,7 +44,7 @@ from .packing import (
     turn_candidate,
 )
 from .retrieval import Recipes, TurnRecipe, facts_named, nearest_gists, neighbour_turns, search_turns
-from .timefilter import Period, asks_about_past, find_period
+from .timefilter import Period, asks_about_past, find_period, last_day
 
 #: A turn's line is rarely under this many tokens (date, speaker, a few words): the budget over it
 #: is how many turns the fused search is asked for, so a larger budget reads deeper.
@@ -95,9 +95,8 @@ class Window:
     @property
     def days(self) -> tuple[date | None, date | None]:
         """The window as UTC calendar days [first, last] (for gists' and facts' dates)."""
-        first = None if self.start is None else self.start.astimezone(UTC).date()
-        last = None if self.end is None else (self.end.astimezone(UTC) - timedelta(microseconds=1)).date()
-        return first, last
+        return (None if self.start is None else self.start.astimezone(UTC).date(),
+                None if self.end is None else last_day(self.end))
 
 
 def window_of(time_range: TimeRange | None, period: Period | None) -> Window:

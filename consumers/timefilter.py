@@ -52,7 +52,19 @@ class DateRange:
     @property
     def days(self) -> tuple[date, date]:
         """The calendar days it covers, first and last (inclusive), in UTC."""
-        return self.start.date(), (self.end - timedelta(microseconds=1)).date()
+        return self.start.astimezone(UTC).date(), last_day(self.end)
+
+
+def last_day(end: datetime) -> date:
+    """The last UTC calendar day of the instants before ``end`` (a range that ends at midnight ends the day before)."""
+    return (end.astimezone(UTC) - timedelta(microseconds=1)).date()
+
+
+def day_span(start: datetime | None, end: datetime | None) -> tuple[date | None, date | None]:
+    """Instants [start, end) as UTC calendar days [first, last], either end open (None)."""
+    first = None if start is None else start.astimezone(UTC).date()
+    last = None if end is None else (end.astimezone(UTC) - timedelta(microseconds=1)).date()
+    return first, last
 
 
 @dataclass(frozen=True)
