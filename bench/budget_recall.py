@@ -9,7 +9,7 @@ Systems: four in process over the dataset's turns (bench/budget_offline.py: BM25
 bare text, MiniLM over ``[session date] speaker: text``, their RRF), and, unless ``--offline``,
 four over the memory stored by the ingest worker's own code in a database of the run's own on the
 embedded PostgreSQL (bench/budget_stored.py: fused turn search, dense-only turn search, the
-deep-mode router, fast mode's turns). Splits: choices are tuned on ``pick`` and reported on
+deep-mode router, the fused search's own top_k turns). Splits: choices are tuned on ``pick`` and reported on
 ``report`` (issue 12); ``all`` is both. Writes JSON and a PNG, prints markdown tables.
 """
 
@@ -178,7 +178,7 @@ def kept_per_question(record: dict[str, Any]) -> dict[str, Any]:
 
 def stored_systems(memory, recipes, turns_by_id) -> list[System]:  # type: ignore[no-untyped-def]
     """The systems over the stored memory: the context read (and its neighbour-turn ablations), fused and
-    dense turn search, the deep-mode router and fast mode's turns; the ``_english_restem`` ones read the
+    dense turn search, the deep-mode router and the fused search's own top_k turns; the ``_english_restem`` ones read the
     question's keywords back under 'english' as the product did before (fragments.any_keyword's double
     stemming), for the ablation."""
     from consumers.context import Neighbours
@@ -192,7 +192,7 @@ def stored_systems(memory, recipes, turns_by_id) -> list[System]:  # type: ignor
             ContextRead(memory, recipes, name="context_neighbours_5_at_0.9", neighbours=Neighbours(seeds=5, share=0.9)),
             ContextRead(memory, recipes, name="context_neighbours_3_at_0.95", neighbours=Neighbours(seeds=3, share=0.95)),
             StoredTurns("fused_turns", memory, recipes), StoredTurns("dense_turns", memory, recipes, dense_only=True),
-            RouterSegments(memory, recipes, turns_by_id), StoredTurns("fast_turns", memory, recipes, as_fast_mode=True),
+            RouterSegments(memory, recipes, turns_by_id), StoredTurns("top_k_turns", memory, recipes, recipe_top_k=True),
             StoredTurns("fused_turns_english_restem", memory, restem),
             RouterSegments(memory, restem, turns_by_id, name="router_english_restem")]
 

@@ -9,7 +9,8 @@ would send). No Kafka, no model: segments are not enriched, so no gists or facts
   dense_turns   the same SQL, dense pathway only (the eval's old dense top-k baseline)
   router        the deep-mode router (its time filter included): whole segments in fused order,
                 their turns in the segment's order, so a cut ends the last segment turn by turn
-  fast_turns    exactly the turns fast mode reads (its recipe: retrieve_top_k, retrieve_pool)
+  top_k_turns   the fused search's own top_k turns (retrieve_top_k: what fast mode read before it used
+                the context builder; fast mode now reads the `context` system's text at its budget)
 """
 
 from __future__ import annotations
@@ -109,15 +110,15 @@ class Memory:
 
 
 class StoredTurns:
-    """A turn search over the stored memory: fused (``fused_turns``, ``fast_turns``) or dense only."""
+    """A turn search over the stored memory: fused (``fused_turns``, ``top_k_turns``) or dense only."""
 
     budget_aware = False
 
     def __init__(self, name: str, memory: Memory, recipes: Recipes, *, dense_only: bool = False,
-                 as_fast_mode: bool = False) -> None:
+                 recipe_top_k: bool = False) -> None:
         self.name = name
         self._memory = memory
-        if as_fast_mode:
+        if recipe_top_k:
             self._recipe = recipes.turns
         else:
             base = DENSE_TURNS if dense_only else recipes.turns
