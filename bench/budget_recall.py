@@ -146,7 +146,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
             print(f"stored {result['store']} in database {memory.name} ({timings['store_s']}s)", flush=True)
             recipes = from_settings(settings)
             by_id = {(t.conversation_id, t.turn_id): t for t in turns}
-            systems += stored_systems(memory, recipes, by_id)
+            systems += stored_systems(memory, recipes, by_id, embedder)
         started = time.perf_counter()
         records = await score(systems, queries)
         timings["score_s"] = round(time.perf_counter() - started, 1)
@@ -176,29 +176,33 @@ def kept_per_question(record: dict[str, Any]) -> dict[str, Any]:
     return {k: record[k] for k in ("key", "sample_id", "category", "evidence", "recall")}
 
 
-def stored_systems(memory, recipes, turns_by_id) -> list[System]:  # type: ignore[no-untyped-def]
-    """The systems over the stored memory: the context read (and its neighbour-turn ablations), fused and
-    dense turn search, the deep-mode router and the fused search's own top_k turns; the ``_english_restem`` ones read the
-    question's keywords back under 'english' as the product did before (fragments.any_keyword's double
-    stemming), for the ablation."""
+def stored_systems(memory, recipes, turns_by_id, embedder) -> list[System]:  # type: ignore[no-untyped-def]
+    """The systems over the stored memory: the context read and its ablations (no neighbour turns; no
+    speaker matching; rrf_k 60), fused and dense turn search, the deep-mode router and the fused search's
+    own top_k turns; the ``_english_restem`` ones read the question's keywords back under 'english' as the
+    product did before (fragments.any_keyword's double stemming), for the ablation."""
     from consumers.context import Neighbours
 
-    from .budget_stored import ContextRead, RouterSegments, StoredTurns
+    from .budget_stored import ContextRead, MemoEmbedder, RouterSegments, StoredTurns
 
     restem = replace(recipes, turns=replace(recipes.turns, keyword_config="english"),
                      router=replace(recipes.router, keyword_config="english"))
-    return [ContextRead(memory, recipes),
-            ContextRead(memory, recipes, name="context_no_neighbours", neighbours=Neighbours(seeds=0)),
-            ContextRead(memory, recipes, name="context_neighbours_5_at_0.9", neighbours=Neighbours(seeds=5, share=0.9)),
-            ContextRead(memory, recipes, name="context_neighbours_3_at_0.95", neighbours=Neighbours(seeds=3, share=0.95)),
+    memo = MemoEmbedder(embedder)
+    no_speakers = replace(recipes, turns=replace(recipes.turns, speaker_bonus=0.0))
+    rrf_60 = replace(recipes, turns=replace(recipes.turns, rrf_k=60))
+    return [ContextRead(memory, recipes, memo),
+            ContextRead(memory, recipes, memo, name="context_no_neighbours", neighbours=Neighbours(seeds=0)),
+            ContextRead(memory, no_speakers, memo, name="context_no_speakers"),
+            ContextRead(memory, rrf_60, memo, name="context_rrf_k_60"),
             StoredTurns("fused_turns", memory, recipes), StoredTurns("dense_turns", memory, recipes, dense_only=True),
             RouterSegments(memory, recipes, turns_by_id), StoredTurns("top_k_turns", memory, recipes, recipe_top_k=True),
             StoredTurns("fused_turns_english_restem", memory, restem),
             RouterSegments(memory, restem, turns_by_id, name="router_english_restem")]
 
 
-async def on_stack_memory(settings: Settings, pool, tenant: str, samples: list[LocomoSample],  # type: ignore[no-untyped-def]
-                          questions: list[tuple[LocomoSample, Any]], vectors) -> dict[str, Any]:
+async def on_stack_memory(settings: Settings, pool, embedder, tenant: str,  # type: ignore[no-untyped-def]
+                          samples: list[LocomoSample], questions: list[tuple[LocomoSample, Any]], vectors
+                          ) -> dict[str, Any]:
     """The stored systems' recall at equal budgets over memory already stored (bench.locomo_eval's
     tenant on the running stack): the figures keyed like this command's own."""
     from consumers.retrieval import from_settings
@@ -212,7 +216,7 @@ async def on_stack_memory(settings: Settings, pool, tenant: str, samples: list[L
                              evidence=tuple(qa.evidence), asked_at=max(t.ts for t in sample.turns) + timedelta(days=1),
                              vector=vector))
     by_id = {(t.conversation_id, t.turn_id): t for s in samples for t in s.turns}
-    systems = stored_systems(Memory(settings, "", pool, tenant), from_settings(settings), by_id)
+    systems = stored_systems(Memory(settings, "", pool, tenant), from_settings(settings), by_id, embedder)
     records = await score(systems, queries)
     summary = budget_report.summarise(records, [s.name for s in systems], BUDGETS, PIECE_COUNTS)
     return {"recall_at_budget_questions": len(records),

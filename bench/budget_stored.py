@@ -31,6 +31,7 @@ from consumers.retrieval import DENSE_TURNS, Recipes, search_turns
 from consumers.router import route
 from epistream.contracts import Question, SegmentCloseRequest, Turn
 from epistream.db import apply_migrations, create_pool, database_url, tenant_scope
+from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
 from epistream.settings import Settings
 from pipeline.ingest import ingest_batch
@@ -163,10 +164,25 @@ class RouterSegments:
         return out
 
 
+class MemoEmbedder:
+    """The project's embedder, each distinct text embedded once per run (the context read embeds
+    its question without the speakers' names, once per budget)."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+        self._known: dict[str, np.ndarray] = {}
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._known]
+        if missing:
+            self._known.update(zip(missing, self._embedder.embed(missing), strict=True))
+        return np.stack([self._known[t] for t in texts])
+
+
 @dataclass(frozen=True)
 class _ContextDeps:
     pool: AsyncConnectionPool
-    embedder: object  # unused: the query's vector is passed in
+    embedder: MemoEmbedder
     recipes: Recipes
 
 
@@ -177,17 +193,16 @@ class ContextRead:
 
     budget_aware = True
 
-    def __init__(self, memory: Memory, recipes: Recipes, *, name: str = "context",
+    def __init__(self, memory: Memory, recipes: Recipes, embedder: MemoEmbedder, *, name: str = "context",
                  neighbours: Neighbours = NEIGHBOURS) -> None:
         self.name = name
         self._memory = memory
-        self._deps = _ContextDeps(memory.pool, None, recipes)
+        self._deps = _ContextDeps(memory.pool, embedder, recipes)
         self._neighbours = neighbours
 
     async def pieces(self, query: Query, budget: int) -> Sequence[Piece]:
         context = await build_context(self._deps, tenant=self._memory.tenant, question=query.question,  # type: ignore[arg-type]
                                       asked_at=query.asked_at, budget_tokens=budget,
-                                      conversation_ids=[query.conversation_id], vector=query.vector,
-                                      neighbours=self._neighbours)
+                                      conversation_ids=[query.conversation_id], neighbours=self._neighbours)
         return [Piece(tuple(item.turn_ids), item.line, item.tokens, verbatim=item.kind == "turn")
                 for item in context.items]

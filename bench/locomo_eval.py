@@ -584,7 +584,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
         # across systems; recall_at_budget below is.
         result["router_recall_at_k_segments"] = eval_report.summarise_recall(per_question, args.recall_k)
         result["router_recall_at_k_segments_questions"] = per_question
-        result.update(await budget_recall.on_stack_memory(settings, pool, tenant, samples,
+        result.update(await budget_recall.on_stack_memory(settings, pool, embedder, tenant, samples,
                                                           [(it.sample, it.qa) for it in with_evidence], vectors))
 
         records: dict[int, dict[str, Any]] = {

@@ -1,7 +1,9 @@
 """The budgeted context builder, with no model call: the `context` read's reply, and what `fast`
 mode puts before its master.
 
-Candidates come from the fused turn search (dense + lexical, reciprocal-rank fused), the gists
+Candidates come from the fused turn search (dense + lexical, reciprocal-rank fused; the speakers
+the question names taken out of its text and their turns given a bonus, retrieval/speakers.py)
+with the turns beside its best hits, the gists
 nearest the question and the facts about the entities it names, all within one time window: the
 asker's ``time_range`` met with the period the question names ("last week", "in May 2023",
 resolved against when it was asked). Facts are the current ones, and superseded ones too when
@@ -17,7 +19,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 from typing import Protocol
 
-import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
 from epistream.contracts import (
@@ -44,6 +45,7 @@ from .packing import (
     turn_candidate,
 )
 from .retrieval import Recipes, TurnRecipe, facts_named, nearest_gists, neighbour_turns, search_turns
+from .retrieval.speakers import named_speakers, without_names
 from .timefilter import Period, asks_about_past, find_period, last_day
 
 #: A turn's line is rarely under this many tokens (date, speaker, a few words): the budget over it
@@ -128,15 +130,21 @@ def candidate_counts(budget_tokens: int, recipe: TurnRecipe) -> tuple[TurnRecipe
             min(FACT_CANDIDATES[1], max(FACT_CANDIDATES[0], structured)))
 
 
-async def _candidates(deps: ContextDeps, *, tenant: str, question: str, vector: np.ndarray,
-                      conversation_ids: list[str] | None, window: Window, past: bool,
-                      budget_tokens: int, neighbours: Neighbours) -> list[Candidate]:
+async def _candidates(deps: ContextDeps, *, tenant: str, question: str, conversation_ids: list[str] | None,
+                      window: Window, past: bool, budget_tokens: int, neighbours: Neighbours) -> list[Candidate]:
     recipe, gists, facts = candidate_counts(budget_tokens, deps.recipes.turns)
     first_day, last_day = window.days
+    speakers: list[str] = []
+    if recipe.speaker_bonus > 0:  # a zero bonus turns speaker matching off (the ablation)
+        async with deps.pool.connection() as conn, tenant_scope(conn, tenant):
+            speakers = await named_speakers(conn, tenant=tenant, question=question, conversation_ids=conversation_ids)
+    # Searched without the speakers' names (the bonus stands for them); facts still match on every name.
+    search_text = without_names(question, speakers)
+    vector = (await asyncio.to_thread(deps.embedder.embed, [search_text]))[0]
     async with deps.pool.connection() as conn, tenant_scope(conn, tenant):
-        turns = await search_turns(conn, tenant=tenant, query=question, vector=vector,
+        turns = await search_turns(conn, tenant=tenant, query=search_text, vector=vector,
                                    conversation_ids=conversation_ids, recipe=recipe, start=window.start,
-                                   end=window.end)
+                                   end=window.end, speakers=speakers)
         seeds = [turn_candidate(t) for t in turns]
         beside = await neighbour_turns(conn, tenant=tenant, seeds=turns[: neighbours.seeds],
                                        each_side=neighbours.each_side, start=window.start, end=window.end)
@@ -155,11 +163,11 @@ async def build_context(
     deps: ContextDeps, *, tenant: str, question: str, asked_at: datetime | None,
     budget_tokens: int = CONTEXT_BUDGET_DEFAULT, time_range: TimeRange | None = None,
     conversation_ids: list[str] | None = None, question_id: str = "in-process",
-    vector: np.ndarray | None = None, neighbours: Neighbours = NEIGHBOURS,
+    neighbours: Neighbours = NEIGHBOURS,
 ) -> MemoryContext:
     """The best memory for ``question`` within ``budget_tokens`` (estimate_tokens of the text block),
-    ranked best first, as a MemoryContext; no model call. ``vector``: the question's embedding,
-    when the caller has it already (else it is embedded here)."""
+    ranked best first, as a MemoryContext; no model call (the question is embedded here, without
+    the names of the speakers it names)."""
     started = time.perf_counter()
     check_budget(budget_tokens)
     anchor = asked_at or datetime.now(UTC)
@@ -168,9 +176,7 @@ async def build_context(
     past = asks_about_past(question, window.end, anchor)
     candidates: list[Candidate] = []
     if not window.empty:
-        if vector is None:
-            vector = (await asyncio.to_thread(deps.embedder.embed, [question]))[0]
-        candidates = await _candidates(deps, tenant=tenant, question=question, vector=vector,
+        candidates = await _candidates(deps, tenant=tenant, question=question,
                                        conversation_ids=conversation_ids, window=window, past=past,
                                        budget_tokens=budget_tokens, neighbours=neighbours)
     packed = pack(rank(candidates), budget_tokens)

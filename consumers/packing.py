@@ -4,8 +4,12 @@ across kinds, deduplication, and greedy packing into a token budget.
 Ranking is reciprocal-rank fusion over every pathway: a turn brings the fused score of its
 dense and lexical ranks (computed in SQL, consumers/retrieval/turns.py), a gist 1/(k + its rank
 by meaning), a fact 1/(k + its rank among the facts about the question's entities). Packing walks
-the ranking best first and takes each item whose line still fits; a line is numbered by its place
-in the text block, so its cost is counted on exactly the text the reader gets.
+the ranking best first and takes each item whose line still fits; a line is numbered by its rank.
+
+The text block is in time order, under one header per day (and conversation, when the items come
+from more than one): "# 2023-05-08 Monday" then "[3] 13:56 Caroline: ...". A date on every line
+cost about five tokens more a turn, a sixth of a short turn. Costs are counted on exactly the text
+the reader gets, headers included (``Block``).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ _KIND_ORDER = {"turn": 0, "gist": 1, "fact": 2}
 @dataclass(frozen=True)
 class Candidate:
     """An item before packing: what identifies it (``key``, for deduplication), its fused
-    score, the line body (without its number) and the MemoryItem fields it carries."""
+    score, the line body (without its number or day) and the MemoryItem fields it carries."""
 
     key: tuple[Any, ...]
     score: float
@@ -44,6 +48,86 @@ class Candidate:
     def kind(self) -> str:
         return str(self.fields["kind"])
 
+    @property
+    def day(self) -> date:
+        """The day its line is shown under (as item_day)."""
+        return self.fields["time"].date()  # type: ignore[no-any-return]
+
+
+def item_day(item: MemoryItem) -> date:
+    """The day an item's line is shown under: when it was said (a turn: in its speaker's offset)."""
+    return item.time.date()
+
+
+def day_header(day: date, conversation_id: str | None) -> str:
+    return f"# {day:%Y-%m-%d %A}" + (f", {conversation_id}" if conversation_id else "")
+
+
+class Block:
+    """What a text block of some items costs, kept as items are added (packing asks per candidate).
+
+    Lines, one header per (conversation, day), one separator per newline; the headers name the
+    conversation once the items come from more than one."""
+
+    def __init__(self) -> None:
+        self.line_tokens = 0
+        self.lines = 0
+        self.days: dict[tuple[str, date], tuple[int, int]] = {}  # -> header tokens (plain, named)
+        self.conversations: set[str] = set()
+        self._plain = 0
+        self._named = 0
+
+    @staticmethod
+    def _header_costs(conversation_id: str, day: date) -> tuple[int, int]:
+        return estimate_tokens(day_header(day, None)), estimate_tokens(day_header(day, conversation_id))
+
+    def tokens_with(self, conversation_id: str | None = None, day: date | None = None, tokens: int = 0) -> int:
+        """The block's tokens, with a line of ``tokens`` said on ``day`` in ``conversation_id`` when given."""
+        lines, days, plain, named = self.lines, len(self.days), self._plain, self._named
+        several = len(self.conversations) > 1
+        if conversation_id is not None and day is not None:
+            lines += 1
+            several = several or bool(self.conversations - {conversation_id})
+            if (conversation_id, day) not in self.days:
+                extra_plain, extra_named = self._header_costs(conversation_id, day)
+                days, plain, named = days + 1, plain + extra_plain, named + extra_named
+        if not lines:
+            return 0
+        return self.line_tokens + tokens + (named if several else plain) + SEPARATOR_TOKENS * (lines + days - 1)
+
+    def add(self, conversation_id: str, day: date, tokens: int) -> None:
+        key = (conversation_id, day)
+        if key not in self.days:
+            self.days[key] = self._header_costs(conversation_id, day)
+            self._plain += self.days[key][0]
+            self._named += self.days[key][1]
+        self.conversations.add(conversation_id)
+        self.lines += 1
+        self.line_tokens += tokens
+
+
+def render(items: Sequence[MemoryItem]) -> str:
+    """The text block: the items in time order under their day headers (see the module doc)."""
+    named = len({i.conversation_id for i in items}) > 1
+    ordered = sorted(items, key=lambda i: (item_day(i), i.conversation_id, i.time, _KIND_ORDER[i.kind], i.rank))
+    lines: list[str] = []
+    shown: tuple[str, date] | None = None
+    for item in ordered:
+        key = (item.conversation_id, item_day(item))
+        if key != shown:
+            lines.append(day_header(key[1], key[0] if named else None))
+            shown = key
+        lines.append(item.line)
+    return "\n".join(lines)
+
+
+def used_tokens(items: Sequence[MemoryItem]) -> int:
+    """What ``render(items)`` is counted as (>= estimate_tokens of it)."""
+    block = Block()
+    for item in items:
+        block.add(item.conversation_id, item_day(item), item.tokens)
+    return block.tokens_with()
+
 
 @dataclass(frozen=True)
 class Packed:
@@ -52,7 +136,7 @@ class Packed:
 
     @property
     def text(self) -> str:
-        return "\n".join(item.line for item in self.items)
+        return render(self.items)
 
 
 def period_of(expression: str, resolved: ResolvedDate, *, filters: bool = False) -> ResolvedPeriod | None:
@@ -78,7 +162,7 @@ def turn_candidate(turn: RetrievedTurn) -> Candidate:
     """A turn, verbatim, at its speaker's local time; relative dates it uses resolved after it."""
     local = turn.ts.astimezone(timezone(timedelta(seconds=turn.tz_offset_s)))
     dates = _said_dates(turn.text, local)
-    body = f"{local:%Y-%m-%d %H:%M (%A)} {turn.speaker}: {turn.text}"
+    body = f"{local:%H:%M} {turn.speaker}: {turn.text}"
     if dates:
         body += " [" + "; ".join(f"{p.expression} = {period_text(p)}" for p in dates) + "]"
     scores = {"rrf": turn.score}
@@ -128,8 +212,7 @@ def fact_candidate(row: dict[str, Any], rank: int, rrf_k: int) -> Candidate:
     score = reciprocal_rank(rank, rrf_k)
     quote = f"{row['subject']} {row['predicate'].replace('_', ' ')} {row['object']}"
     status = "" if row["current"] else "; superseded"
-    body = (f"fact: {quote}, {fact_span(row['point_in_time'], row['start_time'], row['end_time'])}"
-            f" (said {row['said_at']:%Y-%m-%d}{status})")
+    body = f"fact: {quote}, {fact_span(row['point_in_time'], row['start_time'], row['end_time'])}{status}"
     return Candidate(
         # One statement from two overlapping segments is one fact.
         key=("fact", row["conversation_id"], quote, row["point_in_time"], row["start_time"], row["end_time"],
@@ -155,22 +238,17 @@ def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
 
 
 def pack(ranked: Sequence[Candidate], budget_tokens: int) -> Packed:
-    """Greedily, best first: every item whose numbered line still fits the budget, counting one
-    separator token between lines. A line too long for what is left is skipped, not cut."""
+    """Greedily, best first: every item whose numbered line (and its day's header, if new) still
+    fits the budget. A line too long for what is left is skipped, not cut."""
     items: list[MemoryItem] = []
-    used = 0
+    block = Block()
     for candidate in ranked:
         line = f"[{len(items) + 1}] {candidate.body}"
-        tokens = estimate_tokens(line)
-        cost = tokens + (SEPARATOR_TOKENS if items else 0)
-        if used + cost > budget_tokens:
+        tokens, conversation_id, day = estimate_tokens(line), candidate.fields["conversation_id"], candidate.day
+        if block.tokens_with(conversation_id, day, tokens) > budget_tokens:
             continue
         items.append(MemoryItem(**candidate.fields, rank=len(items) + 1, line=line, tokens=tokens))
-        used += cost
-        if budget_tokens - used < MIN_LINE_TOKENS:
+        block.add(conversation_id, day, tokens)
+        if budget_tokens - block.tokens_with() < MIN_LINE_TOKENS:
             break
-    return Packed(items, used)
-
-
-def used_tokens(items: Sequence[MemoryItem]) -> int:
-    return sum(item.tokens for item in items) + SEPARATOR_TOKENS * max(0, len(items) - 1)
+    return Packed(items, block.tokens_with())

@@ -43,7 +43,7 @@ from .answer import answer_question, failed_answer
 from .assistants import AssistantPool
 from .context import failed_context, read_context
 from .deps import AnswerDeps
-from .packing import used_tokens
+from .packing import render, used_tokens
 from .retrieval import from_settings
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ def _shrink_context(context: MemoryContext) -> MemoryContext | None:
     if not context.items:
         return None
     kept = context.items[: max(0, len(context.items) - max(1, len(context.items) // 10))]
-    return context.model_copy(update={"items": kept, "text": "\n".join(i.line for i in kept),
+    return context.model_copy(update={"items": kept, "text": render(kept),
                                       "used_tokens": used_tokens(kept)})
 
 

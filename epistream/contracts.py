@@ -285,7 +285,7 @@ class MemoryItem(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["turn", "gist", "fact"]
-    rank: int  # 1 = best; the number its line carries ("[rank] ...")
+    rank: int  # 1 = best; the number its line carries ("[rank] ..."; the text block is in time order)
     conversation_id: str
     segment_id: str | None = None
     turn_id: str | None = None
@@ -309,8 +309,9 @@ class MemoryItem(BaseModel):
 
 class MemoryContext(Contract):
     """The reply to a `context` question (on its reply topic, keyed by question id, beside answers:
-    ``kind`` tells the two apart). ``text`` is the items' lines joined by newlines, best first:
-    sum(item.tokens) + one token per newline = ``used_tokens`` <= ``budget_tokens``."""
+    ``kind`` tells the two apart). ``text`` is the items' lines in time order, under a header per
+    day ("# 2023-05-08 Monday", with the conversation when there are several; consumers/packing.py):
+    sum(item.tokens) + the headers' tokens + one token per newline = ``used_tokens`` <= ``budget_tokens``."""
 
     kind: Literal["context"] = "context"
     question_id: str

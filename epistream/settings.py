@@ -180,7 +180,10 @@ class RetrievalSettings(BaseSettings):
     router_force_include: bool = Field(True, description="A turn matching every keyword force-includes its segment.")
     retrieve_top_k: int = Field(8, description="Turns given to the model per question.")
     retrieve_pool: int = Field(50, description="Candidates per pathway before fusion.")
-    rrf_k: int = Field(60, description="Reciprocal-rank-fusion constant.")
+    rrf_k: int = Field(30, ge=1, description="Reciprocal-rank-fusion constant.")
+    speaker_bonus: float = Field(
+        0.02, ge=0, description="Added to the fused score of a turn by a speaker the question names."
+    )
     # A token is estimated at four characters: 200..128,000 is the 50..32,000-token range of a context read.
     answer_context_chars: int = Field(
         6000, ge=200, le=128_000, description="Most characters of memory in fast mode's prompt (its context budget)."

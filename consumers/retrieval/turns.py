@@ -3,6 +3,7 @@ reciprocal rank, computed in PostgreSQL on its indexes), and a conversation's tu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -31,7 +32,7 @@ from .recipes import TurnRecipe
 @cache
 def fused_turn_search(keyword_config: TextSearchConfig) -> sql.Composed:
     """Each pathway takes its own top ``%(pool)s`` on its own index (within the time window),
-    then their ranks are fused."""
+    then their ranks are fused; a turn by one of ``%(speakers)s`` (case-folded) gains ``%(speaker_bonus)s``."""
     return sql.SQL("""
 WITH dense AS (
     SELECT tenant, conversation_id, turn_id, row_number() OVER () AS rnk
@@ -52,9 +53,10 @@ WITH dense AS (
     FROM dense d FULL JOIN lexical l USING (tenant, conversation_id, turn_id)
 )
 SELECT f.conversation_id, f.turn_id, t.speaker, t.text, t.ts, t.session_id,
-       f.score::float8 AS score, f.dense_rank, f.lexical_rank, t.tz_offset_s, {segment}
+       (f.score + CASE WHEN lower(t.speaker) = ANY(%(speakers)s::text[]) THEN %(speaker_bonus)s ELSE 0 END
+       )::float8 AS score, f.dense_rank, f.lexical_rank, t.tz_offset_s, {segment}
 FROM fused f JOIN memory.turns t USING (tenant, conversation_id, turn_id)
-ORDER BY f.score DESC, t.ts
+ORDER BY score DESC, t.ts
 LIMIT %(top_k)s
 """).format(
         dense=nearest("turns", "t", sql.SQL("t.tenant, t.conversation_id, t.turn_id"),
@@ -89,9 +91,11 @@ async def search_turns(
     recipe: TurnRecipe,
     start: datetime | None = None,
     end: datetime | None = None,
+    speakers: Sequence[str] = (),
 ) -> list[RetrievedTurn]:
-    """The recipe's best turns said within [start, end) (None: open), best first.
-    Run inside ``tenant_scope(conn, tenant)``."""
+    """The recipe's best turns said within [start, end) (None: open), best first; turns by
+    ``speakers`` (case-folded names the question gives: retrieval.speakers) gain the recipe's
+    speaker bonus. Run inside ``tenant_scope(conn, tenant)``."""
     params = {
         "tenant": tenant,
         "query": query,
@@ -104,6 +108,8 @@ async def search_turns(
         "use_lexical": "lexical" in recipe.pathways,
         "start": start,
         "end": end,
+        "speakers": list(speakers),
+        "speaker_bonus": recipe.speaker_bonus,
     }
     async with conn.cursor(row_factory=class_row(RetrievedTurn)) as cur:
         await cur.execute(fused_turn_search(recipe.keyword_config), params)

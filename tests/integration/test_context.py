@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
@@ -15,9 +15,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from consumers.context import build_context
 from consumers.modes.fast import answer_fast
+from consumers.packing import render
 from consumers.retrieval import Recipes
+from consumers.retrieval.speakers import named_speakers
 from epistream.contracts import MemoryContext, Mode, Question, TimeRange
-from epistream.db import create_pool
+from epistream.db import create_pool, tenant_scope
 from epistream.embeddings import Embedder
 from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
@@ -50,29 +52,31 @@ def memory(postgres):
     seed_memory(postgres, other, "conv-b")
     secret = make_turns(other, "conv-b-secret", [("Zed", "My zebra Quixote plays the xylophone in Lisbon.")])
     embedder = Embedder.from_settings(postgres)
-
-    async def ingest() -> None:
-        pool = create_pool(postgres)
-        await pool.open(wait=True)
-        try:
-            await ingest_batch([RawRecord("memory.turns", 0, 0, None, t.to_bytes(), None) for t in secret], pool=pool,
-                               embedder=embedder, metrics=Metrics.create(), segmenter=SegmenterConfig())
-        finally:
-            await pool.close()
-
-    asyncio.run(ingest())
+    _ingest(postgres, embedder, secret)
     return tenant, other, embedder
 
 
-def _read(postgres, embedder, **kwargs) -> MemoryContext:
+def _read(postgres, embedder, *, recipes: Recipes | None = None, **kwargs) -> MemoryContext:
     async def go() -> MemoryContext:
         pool = create_pool(postgres)
         await pool.open(wait=True)
         try:
-            return await build_context(Deps(pool, embedder, Recipes()), asked_at=ASKED, **kwargs)
+            return await build_context(Deps(pool, embedder, recipes or Recipes()), asked_at=ASKED, **kwargs)
         finally:
             await pool.close()
     return asyncio.run(go())
+
+
+def _ingest(postgres, embedder, turns) -> None:
+    async def go() -> None:
+        pool = create_pool(postgres)
+        await pool.open(wait=True)
+        try:
+            await ingest_batch([RawRecord("memory.turns", 0, n, None, t.to_bytes(), None) for n, t in enumerate(turns)],
+                               pool=pool, embedder=embedder, metrics=Metrics.create(), segmenter=SegmenterConfig())
+        finally:
+            await pool.close()
+    asyncio.run(go())
 
 
 @pytest.mark.parametrize("budget", [50, 120, 1000])
@@ -81,9 +85,12 @@ def test_the_items_and_the_text_fit_the_budget(postgres, memory, budget):
     context = _read(postgres, embedder, tenant=tenant, question="Where did Alice move, and what pets were adopted?",
                     budget_tokens=budget)
     assert context.items and context.error is None
-    assert sum(i.tokens for i in context.items) + len(context.items) - 1 == context.used_tokens <= budget
+    lines = context.text.splitlines()
+    headers = [line for line in lines if line.startswith("# ")]
+    assert (sum(i.tokens for i in context.items) + sum(map(estimate_tokens, headers)) + len(lines) - 1
+            == context.used_tokens <= budget)
     assert estimate_tokens(context.text) <= budget
-    assert context.text.splitlines() == [i.line for i in context.items]
+    assert context.text == render(context.items) and len(lines) == len(context.items) + len(headers)
     assert all(i.tokens == estimate_tokens(i.line) for i in context.items)
     turns = [(i.conversation_id, i.turn_id) for i in context.items if i.kind == "turn"]
     assert len(turns) == len(set(turns))  # never the same turn twice
@@ -206,3 +213,30 @@ def test_the_turn_after_a_strong_hit_comes_with_it(postgres):
     with_neighbours, without = asyncio.run(go())
     assert "t002" in [i.turn_id for i in with_neighbours.items]
     assert "t002" not in [i.turn_id for i in without.items]
+
+
+def test_the_turns_of_a_speaker_the_question_names_come_first(postgres, memory):
+    tenant, other, embedder = memory
+    # Dana's turn holds more of the question's words and meaning: by them alone it comes first.
+    dana_and_eli = make_turns(tenant, "conv-bikes", [("Dana", "I bought a red bicycle and a red helmet."),
+                                                       ("Eli", "Me too, a bicycle, on the same day.")],
+                              start=datetime(2024, 3, 18, 9, 0, tzinfo=UTC))
+    _ingest(postgres, embedder, dana_and_eli)
+    ask = {"tenant": tenant, "question": "Which red bicycle did Eli buy?", "budget_tokens": 1000,
+           "conversation_ids": ["conv-bikes"]}
+    named = _read(postgres, embedder, **ask)
+    plain = _read(postgres, embedder, **ask, recipes=Recipes(turns=replace(Recipes().turns, speaker_bonus=0.0)))
+    assert [i.speaker for i in plain.items] == ["Dana", "Eli"]  # the case the bonus is for
+    assert [i.speaker for i in named.items] == ["Eli", "Dana"]
+    assert named.items[0].scores["rrf"] > plain.items[1].scores["rrf"]
+
+    async def lookup(who: str, question: str) -> list[str]:
+        pool = create_pool(postgres)
+        await pool.open(wait=True)
+        try:
+            async with pool.connection() as conn, tenant_scope(conn, who):
+                return await named_speakers(conn, tenant=who, question=question, conversation_ids=None)
+        finally:
+            await pool.close()
+    assert sorted(asyncio.run(lookup(tenant, "Did ELI's bike beat Dana's?"))) == ["dana", "eli"]
+    assert asyncio.run(lookup(other, "What did Eli buy?")) == []  # another tenant's speakers are not looked up

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from consumers.modes.fast import build_messages, evidence_from
-from consumers.packing import pack, rank, turn_candidate
+from consumers.packing import pack, rank, render, turn_candidate
 from consumers.prompts import MasterAnswer, load_prompt
 from consumers.retrieval import RetrievedTurn
 from epistream.contracts import MemoryContext, Question
@@ -23,12 +23,13 @@ ITEMS = pack(rank(turn_candidate(t) for t in (_turn(1, "I moved to Lisbon."), _t
 
 def _context() -> MemoryContext:
     return MemoryContext(question_id="q", tenant="t", asked_at=datetime(2024, 4, 1, tzinfo=UTC), items=ITEMS,
-                         text="\n".join(i.line for i in ITEMS), budget_tokens=1000, used_tokens=30, latency_ms=1.0)
+                         text=render(ITEMS), budget_tokens=1000, used_tokens=30, latency_ms=1.0)
 
 
-def test_lines_are_numbered_and_dated_best_first():
-    assert ITEMS[0].line == "[1] 2024-03-01 10:00 (Friday) Ana: I moved to Lisbon."
+def test_lines_are_numbered_best_first_and_shown_under_their_day():
+    assert ITEMS[0].line == "[1] 10:00 Ana: I moved to Lisbon."
     assert [i.rank for i in ITEMS] == [1, 2, 3]
+    assert render(ITEMS).splitlines()[:2] == ["# 2024-03-01 Friday", "[1] 10:00 Ana: I moved to Lisbon."]
 
 
 def test_evidence_uses_only_cited_numbers_that_exist():
@@ -46,7 +47,7 @@ def test_prompt_fences_memory_and_states_the_day():
                  asked_at=datetime(2024, 4, 1, tzinfo=UTC))
     system, user = build_messages(q, _context())
     assert system["content"] == load_prompt("answer_v1")
-    assert user["content"].startswith("<memory>\n[1]") and "</memory>" in user["content"]
+    assert user["content"].startswith("<memory>\n# 2024-03-01 Friday\n[1]") and "</memory>" in user["content"]
     assert "Today is 2024-04-01. Question: Where do I live?" in user["content"]
 
 

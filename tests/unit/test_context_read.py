@@ -12,8 +12,10 @@ from consumers.packing import (
     SEPARATOR_TOKENS,
     fact_candidate,
     gist_candidate,
+    item_day,
     pack,
     rank,
+    render,
     turn_candidate,
     used_tokens,
 )
@@ -95,9 +97,24 @@ def test_items_fit_the_budget_counted_on_their_own_lines():
         packed = pack(rank(turns), budget)
         assert packed.items and packed.used_tokens <= budget
         assert all(item.tokens == estimate_tokens(item.line) for item in packed.items)
-        assert packed.used_tokens == sum(i.tokens for i in packed.items) + SEPARATOR_TOKENS * (len(packed.items) - 1)
+        lines = packed.text.splitlines()
+        headers = [line for line in lines if line.startswith("# ")]
+        assert packed.used_tokens == (sum(i.tokens for i in packed.items) + sum(map(estimate_tokens, headers))
+                                      + SEPARATOR_TOKENS * (len(lines) - 1)) == used_tokens(packed.items)
         assert estimate_tokens(packed.text) <= budget
-        assert packed.text.splitlines() == [item.line for item in packed.items]
+        assert [line for line in lines if line not in headers] == [i.line for i in sorted(packed.items, key=lambda i: i.time)]
+
+
+def test_the_block_is_in_time_order_under_day_headers_naming_conversations_only_when_several():
+    one = [turn_candidate(_turn(i, f"turn {i}", score=1 / i)) for i in (3, 1, 2)]  # said at 20:0i, best first 1, 2, 3
+    packed = pack(rank(one), 1000)
+    assert packed.text.splitlines() == ["# 2024-03-18 Monday", "[1] 20:01 Ana: turn 1", "[2] 20:02 Ana: turn 2",
+                                        "[3] 20:03 Ana: turn 3"]
+    assert packed.text.count("# ") == 1 and "conv" not in packed.text
+    other = turn_candidate(_turn(9, "elsewhere", score=0.5, conversation="conv-b"))
+    both = pack(rank([*one, other]), 1000)
+    assert both.text.startswith("# 2024-03-18 Monday, c\n") and "# 2024-03-18 Monday, conv-b\n" in both.text
+    assert both.used_tokens == used_tokens(both.items) and estimate_tokens(both.text) <= both.used_tokens
 
 
 def test_a_line_too_long_for_what_is_left_is_skipped_and_smaller_ones_still_fit():
@@ -127,7 +144,8 @@ def test_one_ranking_across_kinds_by_reciprocal_rank():
 def test_a_turn_carries_its_local_time_ids_scores_and_resolved_dates():
     item = pack([turn_candidate(_turn(1, "I moved to Lisbon last Wednesday.", score=0.03, offset_h=1))], 500).items[0]
     assert item.time.utcoffset() == timedelta(hours=1) and item.time.hour == 21
-    assert item.line.startswith("[1] 2024-03-18 21:01 (Monday) Ana: I moved to Lisbon last Wednesday.")
+    assert item.line.startswith("[1] 21:01 Ana: I moved to Lisbon last Wednesday.")
+    assert item_day(item) == date(2024, 3, 18)
     assert [(d.expression, d.start) for d in item.dates] == [("last Wednesday", date(2024, 3, 13))]
     assert "[last Wednesday = 2024-03-13]" in item.line
     assert item.scores == {"rrf": 0.03, "dense_rank": 1.0} and item.turn_ids == ["t1"]
@@ -147,7 +165,7 @@ def test_a_reply_over_the_message_limit_drops_its_lowest_ranked_items():
                             budget_tokens=32_000, used_tokens=packed.used_tokens, latency_ms=1.0)
     fitted = fit_reply(context, b"q", limit=8_000)
     assert 0 < len(fitted.items) < len(context.items) and fitted.items == context.items[: len(fitted.items)]
-    assert fitted.text.splitlines() == [i.line for i in fitted.items] and fitted.used_tokens == used_tokens(fitted.items)
+    assert fitted.text == render(fitted.items) and fitted.used_tokens == used_tokens(fitted.items)
     assert len(fitted.to_bytes()) <= 8_000
 
 

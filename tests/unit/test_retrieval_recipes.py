@@ -45,31 +45,32 @@ def text(composed: sql.Composable) -> str:
 
 def test_named_recipes_are_the_defaults_the_worker_used():
     assert ROUTER_DEFAULT == SegmentRecipe(top_k=5, candidates=50, fusion="minmax", weights=(0.3, 0.4, 0.3),
-                                           pathways=("summary", "dense", "lexical"), force_include=True, rrf_k=60,
+                                           pathways=("summary", "dense", "lexical"), force_include=True, rrf_k=30,
                                            keyword_config="simple")
     assert ROUTER_DEFAULT.turn_candidates == 200
     assert ROUTER_RRF == replace(ROUTER_DEFAULT, fusion="rrf")
-    assert FUSED_TURNS == TurnRecipe(pathways=("dense", "lexical"), pool=50, rrf_k=60, top_k=8,
-                                     keyword_config="simple")
+    assert FUSED_TURNS == TurnRecipe(pathways=("dense", "lexical"), pool=50, rrf_k=30, top_k=8,
+                                     keyword_config="simple", speaker_bonus=0.02)
     assert DENSE_TURNS.pathways == ("dense",) and DENSE_TURNS.pool == FUSED_TURNS.pool
     assert TOOL_KEYWORD_CONFIG == "simple"
 
 
 def test_recipes_come_from_the_router_and_retrieve_settings():
     settings = Settings(router_top_k=3, router_candidates=20, router_fusion="rrf", router_weights=(0.2, 0.5, 0.3),
-                        router_force_include=False, retrieve_top_k=11, retrieve_pool=70, rrf_k=30)
+                        router_force_include=False, retrieve_top_k=11, retrieve_pool=70, rrf_k=40,
+                        speaker_bonus=0.5)
     recipes = from_settings(settings)
     assert recipes == Recipes(
         router=SegmentRecipe(top_k=3, candidates=20, fusion="rrf", weights=(0.2, 0.5, 0.3), force_include=False,
-                             rrf_k=30),
-        turns=TurnRecipe(top_k=11, pool=70, rrf_k=30),
+                             rrf_k=40),
+        turns=TurnRecipe(top_k=11, pool=70, rrf_k=40, speaker_bonus=0.5),
     )
     assert recipes.router.turn_candidates == 80
 
 
 def test_default_settings_give_the_named_recipes():
     fields = ("router_top_k", "router_candidates", "router_fusion", "router_weights", "router_force_include",
-              "retrieve_top_k", "retrieve_pool", "rrf_k")
+              "retrieve_top_k", "retrieve_pool", "rrf_k", "speaker_bonus")
     defaults = Settings(**{f: Settings.model_fields[f].default for f in fields})
     assert from_settings(defaults) == Recipes(router=ROUTER_DEFAULT, turns=FUSED_TURNS)
 
