@@ -11,6 +11,8 @@ would send). No Kafka, no model: segments are not enriched, so no gists or facts
                 their turns in the segment's order, so a cut ends the last segment turn by turn
   top_k_turns   the fused search's own top_k turns (retrieve_top_k: what fast mode read before it used
                 the context builder; fast mode now reads the `context` system's text at its budget)
+  deep_windows  what deep mode's assistants read (consumers.modes.deep.read_windows): windows around
+                the best fused turns, as many as the budget holds, in the order of their best turn
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from consumers.context import NEIGHBOURS, Neighbours, build_context
-from consumers.modes.deep import window_for
+from consumers.modes.deep import read_windows, window_for
 from consumers.retrieval import DENSE_TURNS, Recipes, search_turns
 from consumers.router import route
-from epistream.contracts import Question, SegmentCloseRequest, Turn
+from epistream.contracts import Mode, Question, SegmentCloseRequest, Turn
 from epistream.db import apply_migrations, create_pool, database_url, tenant_scope
 from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
@@ -177,6 +179,37 @@ class MemoEmbedder:
         if missing:
             self._known.update(zip(missing, self._embedder.embed(missing), strict=True))
         return np.stack([self._known[t] for t in texts])
+
+
+@dataclass(frozen=True)
+class _WindowDeps:
+    pool: AsyncConnectionPool
+    embedder: MemoEmbedder
+    recipes: Recipes
+    metrics: Metrics
+
+
+class DeepWindows:
+    """Deep mode's reading windows at the budget (no cap on their number, so the budget is the only
+    limit, as for every other system); each window's turns in time order."""
+
+    budget_aware = True
+
+    def __init__(self, memory: Memory, recipes: Recipes, embedder: MemoEmbedder, *, name: str = "deep_windows") -> None:
+        self.name = name
+        self._memory = memory
+        self._recipes = recipes
+        self._embedder = embedder
+
+    async def pieces(self, query: Query, budget: int) -> Sequence[Piece]:
+        windows = replace(self._recipes.windows, windows=10_000, budget_tokens=budget,
+                          seeds=max(self._recipes.windows.seeds, budget // 10))
+        deps = _WindowDeps(self._memory.pool, self._embedder, replace(self._recipes, windows=windows), Metrics.create())
+        question = Question(question_id=f"q-{uuid.uuid4().hex[:8]}", tenant=self._memory.tenant,
+                            question=query.question, conversation_ids=[query.conversation_id],
+                            asked_at=query.asked_at, mode=Mode.DEEP)
+        texts = await read_windows(deps, question)  # type: ignore[arg-type]
+        return [turn_piece(t.turn_id, t.speaker, t.text) for text in texts for t in text.turns]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Assistants: small models that each read one activated segment and quote the
-evidence in it, in parallel over a pool of OpenAI-compatible endpoints (vLLM
+"""Assistants: small models that each read one activated segment (or a reading window around
+the best turns, consumers/windows.py) and quote the evidence in it, in parallel over a pool of OpenAI-compatible endpoints (vLLM
 replicas in production).
 
 A segment always goes to the same endpoint (rendezvous hashing over the pool),
@@ -36,6 +36,7 @@ class SegmentTurnText:
     speaker: str
     text: str
     ts: datetime
+    segment_id: str | None = None  # a reading window's turn: the segment it is in (else the text's own)
 
 
 @dataclass(frozen=True)
@@ -114,8 +115,8 @@ def verify(reply: AssistantReply, segment: SegmentText) -> list[QuotedTurn]:
             continue
         if any(q.turn_id == turn.turn_id and q.quote == item.quote.strip() for q in quotes):
             continue
-        quotes.append(QuotedTurn(segment.segment_id, segment.conversation_id, turn.turn_id, turn.speaker,
-                                 item.quote.strip(), turn.ts))
+        quotes.append(QuotedTurn(turn.segment_id or segment.segment_id, segment.conversation_id, turn.turn_id,
+                                 turn.speaker, item.quote.strip(), turn.ts))
     return quotes
 
 

@@ -13,7 +13,6 @@ packs them into the budget.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
@@ -34,6 +33,7 @@ from epistream.db import tenant_scope
 from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
 
+from .best_turns import best_turns
 from .packing import (
     Candidate,
     fact_candidate,
@@ -44,8 +44,7 @@ from .packing import (
     rank,
     turn_candidate,
 )
-from .retrieval import Recipes, TurnRecipe, facts_named, nearest_gists, neighbour_turns, search_turns
-from .retrieval.speakers import named_speakers, without_names
+from .retrieval import Recipes, TurnRecipe, facts_named, nearest_gists, neighbour_turns
 from .timefilter import Period, asks_about_past, find_period, last_day
 
 #: A turn's line is rarely under this many tokens (date, speaker, a few words): the budget over it
@@ -134,17 +133,10 @@ async def _candidates(deps: ContextDeps, *, tenant: str, question: str, conversa
                       window: Window, past: bool, budget_tokens: int, neighbours: Neighbours) -> list[Candidate]:
     recipe, gists, facts = candidate_counts(budget_tokens, deps.recipes.turns)
     first_day, last_day = window.days
-    speakers: list[str] = []
-    if recipe.speaker_bonus > 0:  # a zero bonus turns speaker matching off (the ablation)
-        async with deps.pool.connection() as conn, tenant_scope(conn, tenant):
-            speakers = await named_speakers(conn, tenant=tenant, question=question, conversation_ids=conversation_ids)
-    # Searched without the speakers' names (the bonus stands for them); facts still match on every name.
-    search_text = without_names(question, speakers)
-    vector = (await asyncio.to_thread(deps.embedder.embed, [search_text]))[0]
+    found = await best_turns(deps, tenant=tenant, question=question, conversation_ids=conversation_ids,
+                             recipe=recipe, start=window.start, end=window.end)
+    turns, vector = found.turns, found.vector
     async with deps.pool.connection() as conn, tenant_scope(conn, tenant):
-        turns = await search_turns(conn, tenant=tenant, query=search_text, vector=vector,
-                                   conversation_ids=conversation_ids, recipe=recipe, start=window.start,
-                                   end=window.end, speakers=speakers)
         seeds = [turn_candidate(t) for t in turns]
         beside = await neighbour_turns(conn, tenant=tenant, seeds=turns[: neighbours.seeds],
                                        each_side=neighbours.each_side, start=window.start, end=window.end)

@@ -160,7 +160,7 @@ class Metrics:
             ),
             router_candidates=Histogram(
                 "epistream_router_candidates",
-                "Segments the router activated for one question.",
+                "Segments or reading windows deep mode's assistants read for one question.",
                 buckets=(0, 1, 2, 3, 5, 8, 10, 15, 20),
                 registry=reg,
             ),

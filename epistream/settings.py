@@ -184,6 +184,14 @@ class RetrievalSettings(BaseSettings):
     speaker_bonus: float = Field(
         0.02, ge=0, description="Added to the fused score of a turn by a speaker the question names."
     )
+    deep_reads: Literal["windows", "segments"] = Field(
+        "windows", description="What deep mode's assistants read: windows around the best turns, or routed segments."
+    )
+    deep_window_turns: int = Field(3, ge=0, le=50, description="Turns a reading window takes on each side of its turn.")
+    deep_windows: int = Field(5, ge=1, le=50, description="Most reading windows (assistant reads) per deep question.")
+    deep_read_tokens: int = Field(
+        2000, ge=50, le=32_000, description="Most tokens of turns deep mode's windows hold together."
+    )
     # A token is estimated at four characters: 200..128,000 is the 50..32,000-token range of a context read.
     answer_context_chars: int = Field(
         6000, ge=200, le=128_000, description="Most characters of memory in fast mode's prompt (its context budget)."

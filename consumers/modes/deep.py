@@ -1,9 +1,14 @@
-"""`deep` answering (E-mem): route to segments, let assistants quote evidence
-from each in parallel, let the master aggregate the quotes into an answer."""
+"""`deep` answering (E-mem): find what to read, let assistants quote evidence from each piece in
+parallel, let the master aggregate the quotes into an answer.
+
+What the assistants read is the recipe's choice (WindowRecipe.reads): windows around the best fused
+turns (consumers/windows.py, the default: they hold more of the evidence at the same budget), or
+E-mem's whole segments as the router ranks them."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from epistream.contracts import Evidence, Question
@@ -12,11 +17,13 @@ from epistream.db import tenant_scope
 from epistream.llm import Usage
 from epistream.prompts import fence
 
-from ..assistants import QuotedTurn, load_segments
+from ..assistants import QuotedTurn, SegmentText, load_segments
+from ..best_turns import best_turns
 from ..deps import AnswerDeps
 from ..prompts import MASTER_PROMPT
 from ..router import RoutedSegment, route
 from ..timefilter import DateRange, extract
+from ..windows import reading_windows
 from .base import Abstention, ModeResult, model_text
 
 # Events are often told after they happen ("last month I..."): a period named in
@@ -30,6 +37,26 @@ def window_for(question: Question) -> DateRange | None:
         return None
     # At the end of the calendar there is no "shortly after": the period itself is the window.
     return within_calendar(lambda: DateRange(found.start, found.end + TOLD_LATER)) or found
+
+
+async def read_windows(deps: AnswerDeps, question: Question) -> list[SegmentText]:
+    """The reading windows around the question's best turns, with the question's time filter, falling
+    back to none when it empties the result."""
+    recipe = deps.recipes.windows
+    turns_recipe = replace(deps.recipes.turns, top_k=recipe.seeds, pool=max(deps.recipes.turns.pool, recipe.seeds))
+    window = window_for(question)
+    for span in ([window, None] if window is not None else [None]):
+        start, end = (span.start, span.end) if span is not None else (None, None)
+        found = await best_turns(deps, tenant=question.tenant, question=question.question,
+                                 conversation_ids=question.conversation_ids, recipe=turns_recipe, start=start, end=end)
+        if found.turns:
+            async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
+                windows = await reading_windows(conn, tenant=question.tenant, seeds=found.turns, recipe=recipe,
+                                                start=start, end=end)
+            deps.metrics.router_candidates.observe(len(windows))
+            return [w.text() for w in windows]
+    deps.metrics.router_candidates.observe(0)
+    return []
 
 
 async def route_question(deps: AnswerDeps, question: Question, vector) -> list[RoutedSegment]:  # type: ignore[no-untyped-def]
@@ -65,11 +92,19 @@ def to_evidence(quotes: list[QuotedTurn]) -> list[Evidence]:
     ]
 
 
-async def answer_deep(question: Question, deps: AnswerDeps) -> ModeResult:
+async def routed_segments(deps: AnswerDeps, question: Question) -> list[SegmentText]:
+    """E-mem's reading: the router's segments, whole."""
     vector = (await asyncio.to_thread(deps.embedder.embed, [question.question]))[0]
     routed = await route_question(deps, question, vector)
     async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
-        segments = await load_segments(conn, question.tenant, routed)
+        return await load_segments(conn, question.tenant, routed)
+
+
+async def answer_deep(question: Question, deps: AnswerDeps) -> ModeResult:
+    if deps.recipes.windows.reads == "windows":
+        segments = await read_windows(deps, question)
+    else:
+        segments = await routed_segments(deps, question)
     readings = await deps.assistants.read_all(segments, question.question)
     assistant_usage = sum((r.usage for r in readings), Usage())
     # In time order, so "the most recent" is also the last line the master reads.

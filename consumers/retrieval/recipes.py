@@ -17,6 +17,7 @@ from .fragments import TextSearchConfig
 SegmentPathway = Literal["summary", "dense", "lexical"]
 TurnPathway = Literal["dense", "lexical"]
 FusionMethod = Literal["minmax", "rrf"]
+DeepReads = Literal["windows", "segments"]
 
 SEGMENT_PATHWAYS: tuple[SegmentPathway, ...] = get_args(SegmentPathway)
 TURN_PATHWAYS: tuple[TurnPathway, ...] = get_args(TurnPathway)
@@ -94,19 +95,42 @@ TOOL_KEYWORD_CONFIG: TextSearchConfig = "simple"
 
 
 @dataclass(frozen=True)
+class WindowRecipe:
+    """Deep mode's reading windows (consumers/windows.py): ``each_side`` turns around each of the best
+    ``seeds`` fused turns, windows sharing a turn merged, at most ``windows`` of them (one assistant
+    read each) within ``budget_tokens``. ``reads``: "windows", or E-mem's whole routed "segments"."""
+
+    reads: DeepReads = "windows"
+    each_side: int = 3
+    windows: int = 5
+    budget_tokens: int = 2000
+    seeds: int = 40
+
+    def __post_init__(self) -> None:
+        if self.reads not in get_args(DeepReads):
+            raise ValueError(f"deep reads are one of {get_args(DeepReads)}, not {self.reads!r}")
+
+
+DEEP_WINDOWS = WindowRecipe()
+
+
+@dataclass(frozen=True)
 class Recipes:
-    """What the answer worker retrieves with: the router's recipe and fast mode's turns."""
+    """What the answer worker retrieves with: the router's recipe, fast mode's turns, deep mode's windows."""
 
     router: SegmentRecipe = ROUTER_DEFAULT
     turns: TurnRecipe = FUSED_TURNS
+    windows: WindowRecipe = DEEP_WINDOWS
 
 
 def from_settings(settings: Settings) -> Recipes:
-    """The named defaults with the router_* and retrieve_* settings applied (the one place that reads them)."""
+    """The named defaults with the router_*, retrieve_* and deep_* settings applied (the one place that reads them)."""
     return Recipes(
         router=replace(ROUTER_DEFAULT, top_k=settings.router_top_k, candidates=settings.router_candidates,
                        fusion=settings.router_fusion, weights=settings.pathway_weights,
                        force_include=settings.router_force_include, rrf_k=settings.rrf_k),
         turns=replace(FUSED_TURNS, top_k=settings.retrieve_top_k, pool=settings.retrieve_pool,
                       rrf_k=settings.rrf_k, speaker_bonus=settings.speaker_bonus),
+        windows=replace(DEEP_WINDOWS, reads=settings.deep_reads, each_side=settings.deep_window_turns,
+                        windows=settings.deep_windows, budget_tokens=settings.deep_read_tokens),
     )

@@ -8,6 +8,7 @@ import json
 import re
 import time
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -134,8 +135,11 @@ def _master(body: dict) -> tuple[int, str]:
     return 200, json.dumps({"answer": "The ferry to Stromboli", "abstain": False, "evidence": [1]})
 
 
-def _deps(postgres, assistant_urls: list[str], master_url: str) -> tuple[AnswerDeps, Metrics]:
+def _deps(postgres, assistant_urls: list[str], master_url: str, reads: str = "windows", **windows
+          ) -> tuple[AnswerDeps, Metrics]:
     metrics = Metrics.create()
+    recipes = from_settings(postgres)
+    recipes = replace(recipes, windows=replace(recipes.windows, reads=reads, **windows))
 
     def client(url: str, role: str) -> ModelClient:
         return ModelClient(create_client(postgres, base_url=url), role=role, model="m", json_mode=postgres.llm_json_mode,
@@ -144,7 +148,7 @@ def _deps(postgres, assistant_urls: list[str], master_url: str) -> tuple[AnswerD
     pool = create_pool(postgres)
     assistants = AssistantPool([client(u, "assistant") for u in assistant_urls], concurrency=2, max_tokens=100)
     return AnswerDeps(postgres, pool, Embedder.from_settings(postgres), client(master_url, "master"), metrics,
-                      assistants, from_settings(postgres)), metrics
+                      assistants, recipes), metrics
 
 
 def _ask(deps: AnswerDeps, question: Question):
@@ -157,21 +161,36 @@ def _ask(deps: AnswerDeps, question: Question):
     return asyncio.run(go())
 
 
-def test_deep_mode_reads_segments_in_parallel_and_answers_from_verified_quotes(postgres, memory):
+@pytest.mark.parametrize(("reads", "expected_reads"), [("segments", 3), ("windows", 1)])
+def test_deep_mode_reads_in_parallel_and_answers_from_verified_quotes(postgres, memory, reads, expected_reads):
     tenant, conversation, _ = memory
     with ScriptedLLM(_assistant) as a1, ScriptedLLM(_assistant) as a2, ScriptedLLM(_master) as master:
-        deps, metrics = _deps(postgres, [a1.base_url, a2.base_url], master.base_url)
+        deps, metrics = _deps(postgres, [a1.base_url, a2.base_url], master.base_url, reads=reads)
         question = Question(question_id="q1", tenant=tenant, question="What did Maya book for the volcano hike?",
                             conversation_ids=[conversation], asked_at=datetime(2024, 8, 1, tzinfo=UTC),
                             mode=Mode.DEEP)
         answer = _ask(deps, question)
-        reads = len(a1.requests) + len(a2.requests)
+        read_prompts = [r["messages"][-1]["content"] for r in a1.requests + a2.requests]
     assert answer.mode is Mode.DEEP and not answer.abstained and answer.answer == "The ferry to Stromboli"
     assert [(e.segment_id, e.turn_ids, e.quote) for e in answer.evidence] == [
         (f"{conversation}#0000", ["s0-t0"], "I finally booked the ferry to Stromboli")]
     assert answer.evidence[0].time == T0
-    assert reads == 3, "one read per activated segment (two closed, one open)"
-    assert answer.tokens["assistant"].calls == 3 and answer.tokens["master"].calls == 1
+    # segments: one read per activated segment (two closed, one open); windows: the six turns are within
+    # three of each other, so one window holds them all, each read once.
+    assert len(read_prompts) == expected_reads
+    assert answer.tokens["assistant"].calls == expected_reads and answer.tokens["master"].calls == 1
+    assert sum(p.count(") Leo: ") + p.count(") Maya: ") for p in read_prompts) == 6  # every turn read once
+
+
+def test_a_reading_window_keeps_to_the_turns_around_the_best_ones(postgres, memory):
+    tenant, conversation, _ = memory
+    with ScriptedLLM(_assistant) as assistant, ScriptedLLM(_master) as master:
+        deps, _ = _deps(postgres, [assistant.base_url], master.base_url, reads="windows", each_side=0, windows=1)
+        answer = _ask(deps, Question(question_id="q4", tenant=tenant, question="What did Maya book for the volcano hike?",
+                                     conversation_ids=[conversation], mode=Mode.DEEP))
+        (read,) = [r["messages"][-1]["content"] for r in assistant.requests]
+    assert "Stromboli" in read and "grandmother" not in read and "bakery" not in read  # the best turn alone
+    assert answer.evidence[0].turn_ids == ["s0-t0"]
 
 
 def test_deep_mode_abstains_without_a_master_call_when_no_assistant_finds_evidence(postgres, memory):

@@ -1,0 +1,50 @@
+"""The fused turn search as a question asks it: the speakers it names looked up (retrieval/speakers.py),
+their names taken out of the text that is searched and embedded, their turns given the recipe's bonus.
+The context read and deep mode's reading windows both start from these turns."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+import numpy as np
+from psycopg_pool import AsyncConnectionPool
+
+from epistream.db import tenant_scope
+from epistream.embeddings import Embedder
+
+from .retrieval import RetrievedTurn, TurnRecipe, search_turns
+from .retrieval.speakers import named_speakers, without_names
+
+
+class SearchDeps(Protocol):
+    @property
+    def pool(self) -> AsyncConnectionPool: ...
+    @property
+    def embedder(self) -> Embedder: ...
+
+
+@dataclass(frozen=True)
+class FoundTurns:
+    turns: list[RetrievedTurn]
+    vector: np.ndarray  # the searched text's embedding (gists are read by it too)
+    speakers: list[str]  # the speakers the question names, case-folded
+
+
+async def best_turns(deps: SearchDeps, *, tenant: str, question: str, conversation_ids: list[str] | None,
+                     recipe: TurnRecipe, start: datetime | None = None, end: datetime | None = None) -> FoundTurns:
+    """The recipe's best turns for ``question`` said within [start, end), best first."""
+    speakers: list[str] = []
+    if recipe.speaker_bonus > 0:  # a zero bonus turns speaker matching off (the ablation)
+        async with deps.pool.connection() as conn, tenant_scope(conn, tenant):
+            speakers = await named_speakers(conn, tenant=tenant, question=question, conversation_ids=conversation_ids)
+    # The name is in every one of the speaker's turns: searched for, it only adds noise (the bonus stands for it).
+    search_text = without_names(question, speakers)
+    vector = (await asyncio.to_thread(deps.embedder.embed, [search_text]))[0]
+    async with deps.pool.connection() as conn, tenant_scope(conn, tenant):
+        turns = await search_turns(conn, tenant=tenant, query=search_text, vector=vector,
+                                   conversation_ids=conversation_ids, recipe=recipe, start=start, end=end,
+                                   speakers=speakers)
+    return FoundTurns(turns, vector, speakers)
