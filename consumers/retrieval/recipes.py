@@ -18,6 +18,7 @@ SegmentPathway = Literal["summary", "dense", "lexical"]
 TurnPathway = Literal["dense", "lexical"]
 FusionMethod = Literal["minmax", "rrf"]
 DeepReads = Literal["windows", "segments"]
+LexicalRanking = Literal["bm25", "cover_density"]
 
 SEGMENT_PATHWAYS: tuple[SegmentPathway, ...] = get_args(SegmentPathway)
 TURN_PATHWAYS: tuple[TurnPathway, ...] = get_args(TurnPathway)
@@ -45,11 +46,14 @@ class TurnRecipe:
     pool: int = 50
     rrf_k: int = 30
     speaker_bonus: float = 0.02
+    lexical_ranking: LexicalRanking = "bm25"  # or PostgreSQL's ts_rank_cd (turns.lexical_pathway)
     top_k: int = 8
     keyword_config: TextSearchConfig = "simple"  # of the OR-ed keyword query (fragments.any_keyword)
 
     def __post_init__(self) -> None:
         _check(self.pathways, TURN_PATHWAYS, self.keyword_config)
+        if self.lexical_ranking not in get_args(LexicalRanking):
+            raise ValueError(f"lexical ranking is one of {get_args(LexicalRanking)}, not {self.lexical_ranking!r}")
 
 
 @dataclass(frozen=True)

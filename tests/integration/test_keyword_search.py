@@ -1,5 +1,6 @@
 """The keyword pathway reads the question's lexemes as plainto_tsquery stemmed them, once: a word the
-'english' configuration would stem again ("sunrise" -> 'sunris' -> 'sunri') still finds its turn."""
+'english' configuration would stem again ("sunrise" -> 'sunris' -> 'sunri') still finds its turn.
+BM25 weighs a rare word above a common one."""
 
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ async def test_a_word_stemmed_once_finds_its_turn(postgres, pool, unique, questi
     records = [RawRecord("memory.turns", 0, i, None, t.to_bytes(), int(time.time() * 1000)) for i, t in enumerate(turns)]
     await ingest_batch(records, pool=pool, embedder=embedder, metrics=Metrics.create())
 
-    async def lexical(config: str) -> list[str]:
-        recipe = replace(FUSED_TURNS, pathways=("lexical",), keyword_config=config)
+    async def lexical(config: str, ranking: str = "cover_density") -> list[str]:
+        recipe = replace(FUSED_TURNS, pathways=("lexical",), keyword_config=config, lexical_ranking=ranking)
         async with pool.connection() as conn, tenant_scope(conn, tenant):
             found = await search_turns(conn, tenant=tenant, query=question, vector=embedder.embed_one(question),
                                        conversation_ids=[conversation], recipe=recipe)
@@ -43,3 +44,25 @@ async def test_a_word_stemmed_once_finds_its_turn(postgres, pool, unique, questi
     assert FUSED_TURNS.keyword_config == "simple"
     assert (await lexical("simple"))[:1] == [turn_id]
     assert turn_id not in await lexical("english")  # the old double stemming: the word never matched
+    assert (await lexical("simple", "bm25"))[:1] == [turn_id]  # BM25 reads the lexemes once too
+
+
+async def test_bm25_ranks_the_turn_with_the_rare_word_above_one_repeating_common_words(postgres, pool, unique):
+    embedder = Embedder.from_settings(postgres)
+    tenant, conversation = unique("tenant"), unique("conv")
+    said = [("Ana", f"Today was a good day, day {n} of the week.") for n in range(8)]
+    said += [("Ben", "Good good day, a good good day today."), ("Ana", "The volcano today was quiet.")]
+    turns = make_turns(tenant, conversation, said)
+    records = [RawRecord("memory.turns", 0, i, None, t.to_bytes(), int(time.time() * 1000)) for i, t in enumerate(turns)]
+    await ingest_batch(records, pool=pool, embedder=embedder, metrics=Metrics.create())
+    question = "Was it a good day at the volcano today?"
+
+    async def best(ranking: str) -> str:
+        recipe = replace(FUSED_TURNS, pathways=("lexical",), lexical_ranking=ranking)
+        async with pool.connection() as conn, tenant_scope(conn, tenant):
+            found = await search_turns(conn, tenant=tenant, query=question, vector=embedder.embed_one(question),
+                                       conversation_ids=[conversation], recipe=recipe)
+        return found[0].text
+
+    assert await best("bm25") == "The volcano today was quiet."  # "volcano" is in one turn of ten
+    assert await best("cover_density") == "Good good day, a good good day today."  # every word alike
