@@ -46,7 +46,7 @@ class TurnRecipe:
     pool: int = 50
     rrf_k: int = 30
     speaker_bonus: float = 0.02
-    lexical_ranking: LexicalRanking = "bm25"  # or PostgreSQL's ts_rank_cd (turns.lexical_pathway)
+    lexical_ranking: LexicalRanking = "bm25"  # or PostgreSQL's ts_rank_cd (turns.lexical_turns)
     top_k: int = 8
     keyword_config: TextSearchConfig = "simple"  # of the OR-ed keyword query (fragments.any_keyword)
 

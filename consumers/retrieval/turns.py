@@ -36,7 +36,7 @@ DF_CAP = 10_000
 POPULATION_CAP = 1_000_000
 
 
-def lexical_pathway(keyword_config: TextSearchConfig, ranking: LexicalRanking) -> sql.Composed:
+def lexical_turns(keyword_config: TextSearchConfig, ranking: LexicalRanking) -> sql.Composed:
     """The turns matching any of the question's words, best ``%(pool)s`` first.
 
     ``bm25``: Okapi BM25 over the stored tsvector, each word weighted by how rare it is among the
@@ -112,7 +112,7 @@ LIMIT %(top_k)s
         dense=nearest("turns", "t", sql.SQL("t.tenant, t.conversation_id, t.turn_id"),
                       sql.SQL("%(use_dense)s AND {scope} AND {in_window}").format(
                           scope=in_scope("t"), in_window=TURN_IN_WINDOW, segment=segment_of("t")), limit="pool"),
-        lexical=lexical_pathway(keyword_config, ranking), segment=segment_of("t"))
+        lexical=lexical_turns(keyword_config, ranking), segment=segment_of("t"))
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,8 @@ def test_the_or_query_is_one_fragment_parameterised_by_its_text_search_config():
 
 
 def test_each_caller_reads_the_or_query_under_the_config_it_always_used():
-    for router_statement in (fused_turn_search("english"), summary_pathway("english"), lexical_pathway("english")):
+    for router_statement in (fused_turn_search("english", "cover_density"), summary_pathway("english"),
+                             lexical_pathway("english")):
         assert OR_QUERY.format("english") in text(router_statement)
     for tool_statement in (LEXICAL_GISTS, LEXICAL_TURNS):
         assert OR_QUERY.format("simple") in text(tool_statement)
