@@ -1,10 +1,10 @@
 """The budgeted context builder, with no model call: the `context` read's reply, and what `fast`
 mode puts before its master.
 
-Candidates come from the fused turn search (dense + lexical, reciprocal-rank fused; the speakers
-the question names taken out of its text and their turns given a bonus, retrieval/speakers.py)
-with the turns beside its best hits, the gists
-nearest the question and the facts about the entities it names, all within one time window: the
+Candidates come from the fused turn search (dense + BM25, reciprocal-rank fused; the speakers the
+question names taken out of its text and their turns given a bonus: consumers/best_turns.py) with
+the turns beside its best hits, the gists nearest the question with the turns they were written
+from, and the facts about the entities it names, all within one time window: the
 asker's ``time_range`` met with the period the question names ("last week", "in May 2023",
 resolved against when it was asked). Facts are the current ones, and superseded ones too when
 the question asks about the past. consumers/packing.py ranks them in one list, deduplicates and
@@ -42,9 +42,10 @@ from .packing import (
     pack,
     period_of,
     rank,
+    source_candidate,
     turn_candidate,
 )
-from .retrieval import Recipes, TurnRecipe, facts_named, nearest_gists, neighbour_turns
+from .retrieval import Recipes, TurnRecipe, facts_named, nearest_gists, neighbour_turns, turns_at
 from .timefilter import Period, asks_about_past, find_period, last_day
 
 #: A turn's line is rarely under this many tokens (date, speaker, a few words): the budget over it
@@ -55,6 +56,18 @@ MAX_TURN_CANDIDATES = 1_000
 TOKENS_PER_STRUCTURED = 100
 GIST_CANDIDATES = (5, 100)
 FACT_CANDIDATES = (10, 100)
+
+
+@dataclass(frozen=True)
+class GistSources:
+    """The source turns of the best ``gists`` gists, each ranked at ``share`` of its gist's score.
+    Not measured on LoCoMo yet: the equal-budget eval's memory is not enriched (see the README)."""
+
+    gists: int = 5
+    share: float = 0.9
+
+
+GIST_SOURCES = GistSources()
 
 
 @dataclass(frozen=True)
@@ -130,7 +143,8 @@ def candidate_counts(budget_tokens: int, recipe: TurnRecipe) -> tuple[TurnRecipe
 
 
 async def _candidates(deps: ContextDeps, *, tenant: str, question: str, conversation_ids: list[str] | None,
-                      window: Window, past: bool, budget_tokens: int, neighbours: Neighbours) -> list[Candidate]:
+                      window: Window, past: bool, budget_tokens: int, neighbours: Neighbours,
+                      sources: GistSources) -> list[Candidate]:
     recipe, gists, facts = candidate_counts(budget_tokens, deps.recipes.turns)
     first_day, last_day = window.days
     found = await best_turns(deps, tenant=tenant, question=question, conversation_ids=conversation_ids,
@@ -144,18 +158,22 @@ async def _candidates(deps: ContextDeps, *, tenant: str, question: str, conversa
                                         limit=gists, first_day=first_day, last_day=last_day)
         fact_rows = await facts_named(conn, tenant=tenant, question=question, conversation_ids=conversation_ids,
                                       limit=facts, with_superseded=past, first_day=first_day, last_day=last_day)
-    k = recipe.rrf_k
+        gists_found = [gist_candidate(row, n, recipe.rrf_k) for n, row in enumerate(gist_rows, start=1)]
+        wanted = [(row["conversation_id"], turn_id, n) for n, row in enumerate(gist_rows[: sources.gists], start=1)
+                  for turn_id in row["turn_ids"]]
+        sourced = await turns_at(conn, tenant=tenant, wanted=wanted, start=window.start, end=window.end)
     return (seeds
             + [neighbour_candidate(n.turn, seeds[n.seed - 1], n.seed, neighbours.share) for n in beside]
-            + [gist_candidate(row, n, k) for n, row in enumerate(gist_rows, start=1)]
-            + [fact_candidate(row, n, k) for n, row in enumerate(fact_rows, start=1)])
+            + gists_found
+            + [source_candidate(s.turn, gists_found[s.seed - 1], s.seed, sources.share) for s in sourced]
+            + [fact_candidate(row, n, recipe.rrf_k) for n, row in enumerate(fact_rows, start=1)])
 
 
 async def build_context(
     deps: ContextDeps, *, tenant: str, question: str, asked_at: datetime | None,
     budget_tokens: int = CONTEXT_BUDGET_DEFAULT, time_range: TimeRange | None = None,
     conversation_ids: list[str] | None = None, question_id: str = "in-process",
-    neighbours: Neighbours = NEIGHBOURS,
+    neighbours: Neighbours = NEIGHBOURS, sources: GistSources = GIST_SOURCES,
 ) -> MemoryContext:
     """The best memory for ``question`` within ``budget_tokens`` (estimate_tokens of the text block),
     ranked best first, as a MemoryContext; no model call (the question is embedded here, without
@@ -170,7 +188,7 @@ async def build_context(
     if not window.empty:
         candidates = await _candidates(deps, tenant=tenant, question=question,
                                        conversation_ids=conversation_ids, window=window, past=past,
-                                       budget_tokens=budget_tokens, neighbours=neighbours)
+                                       budget_tokens=budget_tokens, neighbours=neighbours, sources=sources)
     packed = pack(rank(candidates), budget_tokens)
     return MemoryContext(
         question_id=question_id, tenant=tenant, asked_at=anchor, items=packed.items, text=packed.text,

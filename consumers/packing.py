@@ -180,9 +180,19 @@ def turn_candidate(turn: RetrievedTurn) -> Candidate:
 def neighbour_candidate(turn: RetrievedTurn, seed: Candidate, seed_rank: int, share: float) -> Candidate:
     """A turn beside a strong hit, ranked just below it (``share`` of its score): the answer to a
     question, or the follow-up of a statement, is often the next turn and shares none of its words."""
+    return _derived(turn, seed, share, "neighbour_of", seed_rank)
+
+
+def source_candidate(turn: RetrievedTurn, gist: Candidate, gist_rank: int, share: float) -> Candidate:
+    """A turn a well-ranked gist was written from, ranked just below the gist: the gist found it by
+    its absolute date or its summary words, and the turn is the verbatim memory."""
+    return _derived(turn, gist, share, "source_of_gist", gist_rank)
+
+
+def _derived(turn: RetrievedTurn, origin: Candidate, share: float, relation: str, origin_rank: int) -> Candidate:
     found = turn_candidate(turn)
-    score = seed.score * share
-    return replace(found, score=score, fields={**found.fields, "scores": {"rrf": score, "neighbour_of": float(seed_rank)}})
+    score = origin.score * share
+    return replace(found, score=score, fields={**found.fields, "scores": {"rrf": score, relation: float(origin_rank)}})
 
 
 def gist_candidate(row: dict[str, Any], rank: int, rrf_k: int) -> Candidate:

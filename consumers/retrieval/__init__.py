@@ -65,7 +65,7 @@ from .recipes import (
 from .seeds import LEXICAL_GISTS, LEXICAL_TURNS, SEMANTIC_GISTS, SEMANTIC_TURNS
 from .segments import OPEN_SUFFIX, Candidates, route_params, score_segments, segment_turn_ids
 from .structured import facts_named, nearest_gists
-from .turns import NeighbourTurn, RetrievedTurn, load_turns, neighbour_turns, search_turns
+from .turns import NeighbourTurn, RetrievedTurn, load_turns, neighbour_turns, search_turns, turns_at
 
 __all__ = [
     "ALL_KEYWORDS", "DEEP_WINDOWS", "DENSE_TURNS", "FUSED_TURNS", "GIST_COLUMNS", "GIST_FIELDS", "KEYWORD_PHRASE", "LEXICAL_GISTS",
@@ -75,5 +75,5 @@ __all__ = [
     "TurnOrder", "TurnPathway", "TurnRecipe", "WindowRecipe", "WindowUnit", "any_keyword", "columns", "conversations",
     "fact_days", "facts_named", "from_settings", "gist_days", "fuse", "in_conversations", "in_scope", "load_turns", "matches", "min_max",
     "nearest", "nearest_gists", "nearest_in_order", "of_tenant", "overlaps_window", "reciprocal_rank",
-    "neighbour_turns", "route_params", "rows", "score_segments", "search_turns", "segment_of", "segment_turn_ids", "turns_by_id",
+    "neighbour_turns", "route_params", "rows", "score_segments", "search_turns", "segment_of", "segment_turn_ids", "turns_at", "turns_by_id",
 ]

@@ -187,6 +187,18 @@ ORDER BY s.ord, n.ts
 """).format(segment=segment_of("n"), in_window=TURN_IN_WINDOW)
 
 
+# Turns by (conversation, id), each with the place of what pointed at it (a gist's source turns).
+TURNS_AT = sql.SQL("""
+SELECT t.conversation_id, t.turn_id, t.speaker, t.text, t.ts, t.session_id, 0.0::float8 AS score,
+       NULL::int AS dense_rank, NULL::int AS lexical_rank, t.tz_offset_s, {segment}, s.ord AS seed
+FROM unnest(%(seed_conversations)s::text[], %(seed_turns)s::text[], %(seed_ords)s::int[])
+     AS s(conversation_id, turn_id, ord)
+JOIN memory.turns t ON t.tenant = %(tenant)s AND t.conversation_id = s.conversation_id AND t.turn_id = s.turn_id
+WHERE {in_window}
+ORDER BY s.ord, t.ts
+""").format(segment=segment_of("t"), in_window=TURN_IN_WINDOW)
+
+
 @dataclass(frozen=True)
 class NeighbourTurn:
     """A turn beside a seed (``seed``: the seed's 1-based place in the list asked about)."""
@@ -204,6 +216,18 @@ async def neighbour_turns(conn: AsyncConnection, *, tenant: str, seeds: list[Ret
     params = {"tenant": tenant, "seed_conversations": [t.conversation_id for t in seeds],
               "seed_turns": [t.turn_id for t in seeds], "each_side": each_side, "start": start, "end": end}
     found = await rows(conn, NEIGHBOURS, params)
+    return [NeighbourTurn(RetrievedTurn(**{k: v for k, v in r.items() if k != "seed"}), int(r["seed"])) for r in found]
+
+
+async def turns_at(conn: AsyncConnection, *, tenant: str, wanted: list[tuple[str, str, int]],
+                   start: datetime | None = None, end: datetime | None = None) -> list[NeighbourTurn]:
+    """The turns ``wanted`` as (conversation id, turn id, place of what pointed at it), said within
+    [start, end); a turn forgotten or outside the window is left out. Run inside ``tenant_scope``."""
+    if not wanted:
+        return []
+    params = {"tenant": tenant, "seed_conversations": [w[0] for w in wanted], "seed_turns": [w[1] for w in wanted],
+              "seed_ords": [w[2] for w in wanted], "start": start, "end": end}
+    found = await rows(conn, TURNS_AT, params)
     return [NeighbourTurn(RetrievedTurn(**{k: v for k, v in r.items() if k != "seed"}), int(r["seed"])) for r in found]
 
 

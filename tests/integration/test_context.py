@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from consumers.context import build_context
+from consumers.context import GistSources, Neighbours, build_context
 from consumers.modes.fast import answer_fast
 from consumers.packing import render
 from consumers.retrieval import Recipes
@@ -188,7 +188,6 @@ def test_fast_mode_puts_the_same_budgeted_context_before_its_master(postgres, me
 def test_the_turn_after_a_strong_hit_comes_with_it(postgres):
     """The answer to a question is often the next turn, sharing none of its words: it is read beside its
     hit, ahead of weaker hits, and without the neighbours it is not."""
-    from consumers.context import Neighbours
 
     tenant, conversation = f"ctx-n-{datetime.now().timestamp():.0f}", "conv-n"
     said = [("Ana", "Where did you go on your trip last spring, Ben?"), ("Ben", "Porto, with my sister Clara."),
@@ -240,3 +239,18 @@ def test_the_turns_of_a_speaker_the_question_names_come_first(postgres, memory):
             await pool.close()
     assert sorted(asyncio.run(lookup(tenant, "Did ELI's bike beat Dana's?"))) == ["dana", "eli"]
     assert asyncio.run(lookup(other, "What did Eli buy?")) == []  # another tenant's speakers are not looked up
+
+
+def test_the_turns_a_gist_was_written_from_come_with_it(postgres, memory):
+    tenant, other, embedder = memory
+    # Lexical turn search only, and no turn holds "puppy": only the gist can lead to Bob's turn.
+    lexical = Recipes(turns=replace(Recipes().turns, pathways=("lexical",)))
+    context = _read(postgres, embedder, tenant=tenant, question="Which puppy?", budget_tokens=1000, recipes=lexical,
+                    neighbours=Neighbours(seeds=0))
+    gists = [i for i in context.items if i.kind == "gist" and "puppy" in i.text]
+    sourced = [i for i in context.items if i.kind == "turn" and "source_of_gist" in i.scores]
+    assert gists and [i.turn_id for i in sourced if "Rex" in i.text] == ["t004"]
+    assert all(i.conversation_id == "conv-a" for i in context.items)  # the other tenant's same ids never come
+    without = _read(postgres, embedder, tenant=tenant, question="Which puppy?", budget_tokens=1000, recipes=lexical,
+                    neighbours=Neighbours(seeds=0), sources=GistSources(gists=0))
+    assert not [i for i in without.items if i.kind == "turn"]

@@ -16,6 +16,7 @@ from consumers.packing import (
     pack,
     rank,
     render,
+    source_candidate,
     turn_candidate,
     used_tokens,
 )
@@ -209,3 +210,13 @@ def test_a_turn_in_its_own_offset_resolves_its_dates_on_its_own_day():
     candidate = turn_candidate(turn)
     assert candidate.fields["time"].tzinfo == timezone(timedelta(hours=1))
     assert candidate.fields["dates"][0].start == date(2024, 3, 18)
+
+
+def test_a_gists_source_turn_ranks_just_below_it_and_a_better_hit_of_the_same_turn_wins():
+    gist = gist_candidate(_gist(1, "2024-03-13: Alice moved to Lisbon."), 1, 30)
+    source = source_candidate(_turn(1, "I moved to Lisbon last Wednesday.", score=0.0), gist, 1, 0.9)
+    assert source.score == gist.score * 0.9 and source.fields["scores"]["source_of_gist"] == 1.0
+    assert [c.kind for c in rank([source, gist])] == ["gist", "turn"]
+    found = turn_candidate(_turn(1, "I moved to Lisbon last Wednesday.", score=1.0))
+    (kept,) = [c for c in rank([source, found]) if c.kind == "turn"]
+    assert kept.score == 1.0 and "source_of_gist" not in kept.fields["scores"]
