@@ -18,8 +18,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 from typing import Protocol
 
-from psycopg_pool import AsyncConnectionPool
-
 from epistream.contracts import (
     CONTEXT_BUDGET_DEFAULT,
     MemoryContext,
@@ -30,10 +28,9 @@ from epistream.contracts import (
 )
 from epistream.dates import relative_dates
 from epistream.db import tenant_scope
-from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
 
-from .best_turns import best_turns
+from .best_turns import SearchDeps, best_turns
 from .packing import (
     Candidate,
     fact_candidate,
@@ -84,13 +81,9 @@ class Neighbours:
 NEIGHBOURS = Neighbours()
 
 
-class ContextDeps(Protocol):
+class ContextDeps(SearchDeps, Protocol):
     """What the builder needs (AnswerDeps has it; the eval harness can build its own)."""
 
-    @property
-    def pool(self) -> AsyncConnectionPool: ...
-    @property
-    def embedder(self) -> Embedder: ...
     @property
     def recipes(self) -> Recipes: ...
 
