@@ -3,7 +3,9 @@
 A `Ledger` records, while a conversation is generated, every fact that a question may ask about
 (where each speaker lived and worked, the pets they adopted, the places they went to) together with
 the turn that says it. Questions are drawn from it once the conversation ends, so every answer and
-its evidence come from the same plan as the turns (:mod:`bench.workload_scale`).
+its evidence come from the same plan as the turns (:mod:`bench.workload_scale`). `mention` picks the
+relative time expression a fact is told with and computes, by plain calendar arithmetic, the day it
+stands for: the answer of a temporal question.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.workload_questions import KnownQuestion, TimeMention
-from bench.workload_scale import PRESETS, WorkloadSpec, annotated_turns, questions, spec_for_turns, turns
+from bench.workload_scale import PLACES, PRESETS, WorkloadSpec, annotated_turns, questions, spec_for_turns, turns
 from epistream.contracts import Question, Turn, decode
 from epistream.dates import RELATIVE_PATTERN, format_resolved, relative_dates, resolve
 
@@ -212,3 +212,14 @@ def test_the_million_turn_preset_streams_lazily():
         tracemalloc.stop()
     assert len(first) == 2_000
     assert peak < 64 * 2**20  # a million turns held at once would take well over a gigabyte
+
+
+def test_no_two_mentions_of_a_place_by_one_speaker_resolve_to_the_same_day(ten_k):
+    # else a reader could take them for one visit, and the counting answer would be ambiguous
+    seen: set[tuple[str, str, str, object]] = set()
+    for turn, said in ten_k:
+        for place in (p for p in PLACES if f"went to {p}" in turn.text):
+            key = (turn.conversation_id, turn.speaker, place, said.day if said else None)
+            assert key not in seen, turn.text
+            seen.add(key)
+    assert len(seen) > 100
