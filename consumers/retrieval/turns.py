@@ -30,17 +30,18 @@ from .recipes import LexicalRanking, TurnRecipe
 
 #: Okapi BM25's term-frequency saturation and length normalisation (the usual values).
 BM25_K1, BM25_B = 1.2, 0.75
-#: Document frequencies are counted up to this many turns: a word in more is as common as a stop word,
-#: and the count stays an index probe of bounded cost however large the tenant grows.
-DF_CAP = 10_000
-POPULATION_CAP = 1_000_000
+#: The turns in scope and each word's document frequency are counted up to this many: the counts stay
+#: index probes of bounded cost however large a tenant grows, and a word in that many turns weighs
+#: next to nothing anyway.
+COUNT_CAP = 10_000
 
 
 def lexical_turns(keyword_config: TextSearchConfig, ranking: LexicalRanking) -> sql.Composed:
     """The turns matching any of the question's words, best ``%(pool)s`` first.
 
     ``bm25``: Okapi BM25 over the stored tsvector, each word weighted by how rare it is among the
-    tenant's turns in scope (its document frequency, counted on the GIN index). PostgreSQL's own
+    tenant's turns in scope (its document frequency, counted on the GIN index). A turn is short, so a
+    word is counted once per turn (tf 1: no unnesting of every matched tsvector). PostgreSQL's own
     ``ts_rank_cd`` (``cover_density``, the ablation) weighs every word alike, so "time" counts as much
     as "Stromboli": on the pick split the context read reads 0.777 with it at 1,000 tokens.
     """
@@ -55,32 +56,28 @@ def lexical_turns(keyword_config: TextSearchConfig, ranking: LexicalRanking) -> 
     return sql.SQL("""WITH terms AS (
               SELECT DISTINCT w.lexeme, plainto_tsquery('simple', w.lexeme) AS tq
               FROM unnest(to_tsvector('english', %(query)s)) AS w
-          ), weights AS (
-              SELECT terms.lexeme,
+          ), weights AS MATERIALIZED (  -- counted once, not once per matched turn
+              SELECT terms.tq,
                      ln(1 + (greatest(population.n, frequency.df) - frequency.df + 0.5) / (frequency.df + 0.5)) AS idf
               FROM terms
               CROSS JOIN (SELECT count(*) AS n FROM (SELECT 1 FROM memory.turns t WHERE {scope}
-                                                     LIMIT {population_cap}) p) population
+                                                     LIMIT {cap}) p) population
               CROSS JOIN LATERAL (SELECT count(*) AS df FROM (SELECT 1 FROM memory.turns t
-                                  WHERE {scope} AND t.tsv @@ terms.tq LIMIT {df_cap}) m) frequency
-          ), matched AS (
-              SELECT t.tenant, t.conversation_id, t.turn_id, t.ts, t.tsv
+                                  WHERE {scope} AND t.tsv @@ terms.tq LIMIT {cap}) m) frequency
+          ), matched AS MATERIALIZED (
+              SELECT t.tenant, t.conversation_id, t.turn_id, t.ts, t.tsv, length(t.tsv) AS len
               FROM memory.turns t, {any_keyword} q
               WHERE %(use_lexical)s AND {matches} AND {scope} AND {in_window}
           ), norms AS (
-              SELECT greatest(avg(length(tsv)), 1) AS avgdl FROM matched
+              SELECT greatest(avg(len), 1) AS avgdl FROM matched
           )
           SELECT m.tenant, m.conversation_id, m.turn_id
-          FROM matched m CROSS JOIN norms
-          CROSS JOIN LATERAL (SELECT x.lexeme, cardinality(x.positions) AS tf FROM unnest(m.tsv) x) u
-          JOIN weights w ON w.lexeme = u.lexeme
-          GROUP BY m.tenant, m.conversation_id, m.turn_id, m.ts, m.tsv, norms.avgdl
-          ORDER BY sum(w.idf * u.tf * ({k1} + 1)
-                       / (u.tf + {k1} * (1 - {b} + {b} * length(m.tsv) / norms.avgdl))) DESC, m.ts
+          FROM matched m CROSS JOIN norms JOIN weights w ON m.tsv @@ w.tq
+          GROUP BY m.tenant, m.conversation_id, m.turn_id, m.ts, m.len, norms.avgdl
+          ORDER BY sum(w.idf) * ({k1} + 1) / (1 + {k1} * (1 - {b} + {b} * m.len / norms.avgdl)) DESC, m.ts
           LIMIT %(pool)s""").format(
         any_keyword=any_keyword("simple"), matches=matches(sql.SQL("t.tsv"), sql.SQL("q")), scope=in_scope("t"),
-        in_window=TURN_IN_WINDOW, population_cap=sql.Literal(POPULATION_CAP), df_cap=sql.Literal(DF_CAP),
-        k1=sql.Literal(BM25_K1), b=sql.Literal(BM25_B))
+        in_window=TURN_IN_WINDOW, cap=sql.Literal(COUNT_CAP), k1=sql.Literal(BM25_K1), b=sql.Literal(BM25_B))
 
 
 @cache
