@@ -18,7 +18,7 @@ from bench.budget_context import Query
 from bench.budget_recall import on_stack_memory
 from bench.budget_stored import CachedEmbedder, Memory, RouterSegments, StoredTurns
 from consumers.retrieval import from_settings
-from epistream.embeddings import turn_embedding_text
+from epistream.embeddings import Embedder, turn_embedding_text
 from epistream.settings import Settings
 from epistream.sources import LocomoQA, LocomoSample
 
@@ -60,7 +60,9 @@ def test_dense_turn_search_is_exact_under_a_tenant_filter_and_the_router_reads_w
                                           ).pieces(q, 4000)
             # What bench.locomo_eval adds over the stack's memory: the same systems keyed by budget.
             sample = LocomoSample("s", ours[0].conversation_id, ours, [LocomoQA("number?", "1", None, 4, ["t001"])])
-            figures = await on_stack_memory(postgres, memory.pool, tenant, [sample], [(sample, sample.qa[0])], [query])
+            # The context systems embed their question (without names) with the project's embedder.
+            figures = await on_stack_memory(postgres, memory.pool, Embedder.from_settings(postgres), tenant, [sample],
+                                            [(sample, sample.qa[0])], [query])
             assert figures["recall_at_budget_questions"] == 1
             assert set(figures["recall_at_budget"]["router"]) == {"250", "500", "1000", "2000", "4000"}
             assert figures["recall_at_budget"]["dense_turns"]["4000"] == 1.0  # 120 short turns fit 4,000 tokens
