@@ -140,10 +140,10 @@ async def _candidates(deps: ContextDeps, *, tenant: str, question: str, conversa
                       sources: GistSources) -> list[Candidate]:
     recipe, gists, facts = candidate_counts(budget_tokens, deps.recipes.turns)
     first_day, last_day = window.days
-    found = await best_turns(deps, tenant=tenant, question=question, conversation_ids=conversation_ids,
-                             recipe=recipe, start=window.start, end=window.end)
-    turns, vector = found.turns, found.vector
     async with deps.pool.connection() as conn, tenant_scope(conn, tenant):
+        found = await best_turns(conn, deps.embedder, tenant=tenant, question=question,
+                                 conversation_ids=conversation_ids, recipe=recipe, start=window.start, end=window.end)
+        turns, vector = found.turns, found.vector
         seeds = [turn_candidate(t) for t in turns]
         beside = await neighbour_turns(conn, tenant=tenant, seeds=turns[: neighbours.seeds],
                                        each_side=neighbours.each_side, start=window.start, end=window.end)

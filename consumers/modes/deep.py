@@ -47,12 +47,13 @@ async def read_windows(deps: AnswerDeps, question: Question) -> list[SegmentText
     window = window_for(question)
     for span in ([window, None] if window is not None else [None]):
         start, end = (span.start, span.end) if span is not None else (None, None)
-        found = await best_turns(deps, tenant=question.tenant, question=question.question,
-                                 conversation_ids=question.conversation_ids, recipe=turns_recipe, start=start, end=end)
-        if found.turns:
-            async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
-                windows = await reading_windows(conn, tenant=question.tenant, seeds=found.turns, recipe=recipe,
-                                                start=start, end=end)
+        async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
+            found = await best_turns(conn, deps.embedder, tenant=question.tenant, question=question.question,
+                                     conversation_ids=question.conversation_ids, recipe=turns_recipe, start=start,
+                                     end=end)
+            windows = await reading_windows(conn, tenant=question.tenant, seeds=found.turns, recipe=recipe,
+                                            start=start, end=end)
+        if windows:
             deps.metrics.router_candidates.observe(len(windows))
             return [w.text() for w in windows]
     deps.metrics.router_candidates.observe(0)

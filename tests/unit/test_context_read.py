@@ -19,6 +19,7 @@ from consumers.packing import (
     source_candidate,
     turn_candidate,
     used_tokens,
+    with_dates,
 )
 from consumers.retrieval import FUSED_TURNS, RetrievedTurn
 from consumers.timefilter import asks_about_past, find_period
@@ -207,9 +208,23 @@ def test_a_turn_in_its_own_offset_resolves_its_dates_on_its_own_day():
     turn = RetrievedTurn(conversation_id="c", turn_id="t", speaker="Bo", text="I ran yesterday.",
                          ts=datetime(2024, 3, 18, 23, 30, tzinfo=UTC), session_id=None, score=0.1, dense_rank=1,
                          lexical_rank=None, tz_offset_s=3600)
-    candidate = turn_candidate(turn)
+    candidate = with_dates(turn_candidate(turn))
     assert candidate.fields["time"].tzinfo == timezone(timedelta(hours=1))
     assert candidate.fields["dates"][0].start == date(2024, 3, 18)
+    assert candidate.body.endswith("[yesterday = 2024-03-18]") and with_dates(candidate) is candidate
+
+
+def test_dates_are_resolved_only_for_lines_that_may_fit(monkeypatch):
+    import consumers.packing as packing
+
+    resolved: list[str] = []
+    real = packing._said_dates
+    monkeypatch.setattr(packing, "_said_dates", lambda text, said: resolved.append(text) or real(text, said))
+    fits = turn_candidate(_turn(1, "I ran yesterday.", score=0.2))
+    too_long = turn_candidate(_turn(2, "I swam yesterday. " + "x" * 4000, score=0.1))
+    (item,) = pack(rank([fits, too_long]), 100).items
+    assert item.turn_id == "t1" and [d.expression for d in item.dates] == ["yesterday"]
+    assert resolved == ["I ran yesterday."]  # the line that could never fit was not resolved
 
 
 def test_a_gists_source_turn_ranks_just_below_it_and_a_better_hit_of_the_same_turn_wins():
