@@ -17,6 +17,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from epistream.client import context
 from epistream.contracts import DeadLetter, MemoryContext
 from epistream.metrics import read_samples, sample_sum
+from epistream.prompts import estimate_tokens
 
 from .conftest import count_turns, read_topic, wait_for
 from .scripted_worker import PORT_OFFSET, scripted_worker
@@ -103,7 +104,10 @@ def test_kafka_python_asks_for_context_and_reads_the_reply(workers, conversation
     reply = _reply(settings.kafka_bootstrap, settings.topic_answers, question_id)
     assert reply["kind"] == "context" and reply.get("error") is None
     assert reply["items"][0]["turn_id"] == "t001" and "ferry to Tangier" in reply["text"]
-    assert sum(i["tokens"] for i in reply["items"]) + len(reply["items"]) - 1 == reply["used_tokens"] <= 60
+    lines = reply["text"].splitlines()
+    headers = [line for line in lines if line.startswith("# ")]  # one per day, counted in the budget too
+    assert (sum(i["tokens"] for i in reply["items"]) + sum(map(estimate_tokens, headers)) + len(lines) - 1
+            == reply["used_tokens"] <= 60)
     first = reply["items"][0]
     assert first["time"] == "2024-05-06T09:00:00+02:00" and first["dates"][0]["start"] == "2024-05-17"  # "next Friday": of the following week
     assert "Quixote" not in reply["text"] and {i["conversation_id"] for i in reply["items"]} == {"trip"}
