@@ -29,12 +29,19 @@ from epistream.contracts import Turn
 
 from .workload_questions import KnownQuestion, Ledger, Stated, TimeMention, mention
 
-#: Conversations start in the year after this day, shifted back by half their span so they overlap.
+#: Every conversation starts within WINDOW_DAYS of this day (at a random day that lets it end in time).
 WINDOW_START = date(2023, 1, 2)
 #: A conversation's sessions are at most this many days apart, fewer when it has many sessions
 #: (a very long conversation is a daily chat instead of one spanning centuries).
 MAX_GAP_DAYS = 14
-SPAN_TARGET_DAYS = 1500
+#: Every conversation spans at most about this many days, so all of them overlap in time: a prefix of
+#: the produce-ordered stream (a memory at an earlier moment) holds every tenant in proportion. A very
+#: long conversation has several sessions a day instead (an agent's all-day chat with one user).
+SPAN_TARGET_DAYS = 540
+#: The days all conversations share (the long one spans nearly all of it).
+WINDOW_DAYS = 500
+#: The part of a day a conversation's sessions share when there are several a day.
+ACTIVE_DAY_S = 14 * 3600
 #: Tenants' UTC offsets in minutes (dates are the speakers' local ones), taken in turn.
 TENANT_OFFSETS_MIN = (0, 60, -300, 330, 540, -480)
 TEXT_WORDS_MIN, TEXT_WORDS_MODE, TEXT_WORDS_MAX = 8, 8, 40
@@ -203,10 +210,16 @@ def annotated_turns(spec: WorkloadSpec) -> Iterator[tuple[Turn, TimeMention | No
 def questions(spec: WorkloadSpec) -> Iterator[KnownQuestion]:
     """The known questions of every conversation (replaying the plan, writing no text)."""
     for index in range(spec.conversations):
-        conversation = _Conversation(spec, index)
-        for _ in conversation.stream(render=False):
-            pass
-        yield from conversation.questions()
+        yield from conversation_questions(spec, index)
+
+
+def conversation_questions(spec: WorkloadSpec, index: int, *, limit: int | None = None) -> list[KnownQuestion]:
+    """The `index`th conversation's known questions: `spec.questions_per_conversation`, or up to
+    `limit` (a long conversation holds many more facts than that sample asks about)."""
+    conversation = _Conversation(spec, index)
+    for _ in conversation.stream(render=False):
+        pass
+    return conversation.questions(limit=limit)
 
 
 T = TypeVar("T")
@@ -241,26 +254,34 @@ class _Conversation:
         self.visited: set[tuple[str, str, date]] = set()
         self.ledger = Ledger()
         self.max_gap = max(1, min(MAX_GAP_DAYS, 2 * SPAN_TARGET_DAYS // max(1, self.sessions)))
+        self.per_day = -(-self.sessions // SPAN_TARGET_DAYS)  # sessions a day, 1 unless very long
         self.last_ts: datetime | None = None
 
-    def questions(self) -> list[KnownQuestion]:
+    def questions(self, *, limit: int | None = None) -> list[KnownQuestion]:
         assert self.last_ts is not None, "questions come after the conversation is generated"
         return self.ledger.questions(self.tenant, self.conversation_id, self.last_ts + timedelta(hours=1),
-                                     limit=self.spec.questions_per_conversation, rng=self.plan)
+                                     limit=self.spec.questions_per_conversation if limit is None else limit,
+                                     rng=self.plan)
 
     def stream(self, *, render: bool) -> Iterator[tuple[int, int, Turn | None, TimeMention | None]]:
         """(instant in seconds, conversation index, turn, its time expression), in time order."""
         plan, tps = self.plan, self.spec.turns_per_session
-        day = WINDOW_START + timedelta(days=plan.randint(0, 364) - self.sessions * (self.max_gap + 1) // 2)
+        days = self.sessions // self.per_day * (self.max_gap + 1) // 2  # the span it is expected to take
+        day = WINDOW_START + timedelta(days=plan.randint(0, max(0, WINDOW_DAYS - days)))
         previous: date | None = None
-        spacing = max(5, min(90, 8 * 3600 // tps))  # a session stays inside its day
+        slot_s = ACTIVE_DAY_S // self.per_day  # each of a day's sessions has its own slot
+        spacing = max(5, min(90, 8 * 3600 // tps, slot_s // (2 * tps)))  # a session stays inside its slot
         offset_s = int(self.tz.utcoffset(None).total_seconds())
         for session in range(self.sessions):
-            if session:
+            slot = session % self.per_day
+            if session and not slot:
                 day += timedelta(days=plan.randint(1, self.max_gap))
             order = self._speaker_order(tps)
             placed = self._place(self._facts(session, day, previous), order, earliest=session == 0)
-            second = 9 * 3600 + plan.randint(0, 4 * 3600)
+            if self.per_day == 1:
+                second = 9 * 3600 + plan.randint(0, 4 * 3600)
+            else:
+                second = 8 * 3600 + slot * slot_s + plan.randint(0, slot_s - tps * spacing)
             midnight = datetime(day.year, day.month, day.day, tzinfo=self.tz)
             base = day.toordinal() * 86_400 - offset_s
             for position, speaker in enumerate(order):

@@ -11,6 +11,7 @@ interrupted run resumes at the first missing chunk. A manifest pins what they we
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import os
@@ -37,10 +38,20 @@ CHUNK = 10_000
 DEFAULT_DIR = Path(".epistream-scale") / "vectors"
 
 
+#: The generator's output is pinned by the first turns' embedded texts, not by its code.
+FINGERPRINT_TURNS = 2_000
+
+
+def embedded_texts(chunk: list[Turn]) -> list[str]:
+    return [turn_embedding_text(t.speaker, t.text, t.ts) for t in chunk]
+
+
 def manifest(spec: WorkloadSpec) -> dict:
     model = default_model_path()
-    return {"spec": asdict(spec), "model": model.name, "model_bytes": model.stat().st_size,
-            "embedded_as": TURN_EMBEDDING_VERSION, "chunk": CHUNK, "dimensions": DIMENSIONS}
+    first = embedded_texts(list(itertools.islice(turns(spec), FINGERPRINT_TURNS)))
+    return {"spec": asdict(spec), "texts_sha256": hashlib.sha256("\n".join(first).encode()).hexdigest(),
+            "model": model.name, "model_bytes": model.stat().st_size, "embedded_as": TURN_EMBEDDING_VERSION,
+            "chunk": CHUNK, "dimensions": DIMENSIONS}
 
 
 class VectorStore:
@@ -79,14 +90,17 @@ class VectorStore:
         np.save(tmp, vectors.astype(np.float32, copy=False))
         os.replace(tmp, self._path(index))
 
-    def batches(self, limit: int) -> Iterator[tuple[list[Turn], np.ndarray]]:
-        """The first `limit` turns with their vectors, a chunk at a time (every chunk must exist)."""
+    def chunked(self) -> Iterator[tuple[list[Turn], np.ndarray]]:
+        """The stream's turns with their vectors, a chunk at a time, while chunks exist."""
         stream = turns(self.spec)
-        for index in range(-(-limit // CHUNK)):
+        for index in range(self.chunks()):
+            if not self.have(index):
+                return
             chunk = list(itertools.islice(stream, CHUNK))
             vectors = self.load(index)
-            take = min(len(chunk), limit - index * CHUNK)
-            yield chunk[:take], vectors[:take]
+            if len(vectors) != len(chunk):
+                raise SystemExit(f"chunk {index} holds {len(vectors)} vectors for {len(chunk)} turns")
+            yield chunk, vectors
 
 
 def embed_missing(store: VectorStore, embedder: Embedder, upto: int) -> None:
@@ -96,7 +110,7 @@ def embed_missing(store: VectorStore, embedder: Embedder, upto: int) -> None:
         if store.have(index):
             continue
         started = time.perf_counter()
-        store.save(index, embedder.embed([turn_embedding_text(t.speaker, t.text, t.ts) for t in chunk]))
+        store.save(index, embedder.embed(embedded_texts(chunk)))
         elapsed = time.perf_counter() - started
         print(f"chunk {index + 1}/{store.chunks()}: {len(chunk)} turns in {elapsed:.0f} s "
               f"({len(chunk) / elapsed:.0f}/s)", flush=True)

@@ -1,0 +1,154 @@
+"""python -m bench.scale [--sizes 10000,100000,1000000] [--start-postgres]: grow one memory of the
+1M-turn workload through each size and measure it there; writes bench/results/scale.json and .png.
+
+The vectors must be computed first (hours for 1M on two cores, resumable):
+    nice python -m bench.scale.vectors --size 1m
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import uuid
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from pydantic import SecretStr
+
+from consumers.retrieval import from_settings
+from epistream.db import apply_migrations, create_pool, database_url
+from epistream.embeddings import Embedder
+from epistream.settings import Settings
+
+from ..workload_scale import PRESETS, WorkloadSpec, conversation_questions
+from .disk import disk_usage, postgres_settings
+from .load import grow, prepare
+from .plot import plot
+from .reads import Case, Deps, exact_pool, measure_case
+from .vectors import CHUNK, DEFAULT_DIR, VectorStore
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = ROOT / "bench" / "results" / "scale.json"
+
+
+def cases(spec: WorkloadSpec, questions: int) -> list[Case]:
+    busy = spec.busy_tenant
+    asked = [q.question for index in range(spec.conversations_per_tenant)
+             for q in conversation_questions(spec, index)]
+    # Spread over the tenant's conversations, the same questions at every size.
+    tenant_questions = [asked[i * len(asked) // questions] for i in range(min(questions, len(asked)))]
+    long_tenant, long_id = spec.long_conversation  # type: ignore[misc]
+    long_questions = [q.question for q in conversation_questions(spec, spec.conversations - 1, limit=questions)]
+    return [Case("many_conversations", busy, None, tenant_questions),  # type: ignore[arg-type]
+            Case("one_large_conversation", long_tenant, [long_id], long_questions)]
+
+
+async def read_all(settings: Settings, url: str, embedder: Embedder, chosen: list[Case], *, asked_at, budget: int,
+                   recall_questions: int) -> dict:
+    indexed_pool, exact = create_pool(settings, url=url), exact_pool(settings, url)
+    await indexed_pool.open(wait=True)
+    await exact.open(wait=True)
+    recipes = from_settings(settings)
+    try:
+        return {case.name: await measure_case(Deps(indexed_pool, embedder, recipes), Deps(exact, embedder, recipes),
+                                              case, asked_at=asked_at, budget=budget,
+                                              recall_questions=recall_questions)
+                for case in chosen}
+    finally:
+        await indexed_pool.close()
+        await exact.close()
+
+
+def tenant_turns(conn: psycopg.Connection, case: Case) -> int:
+    if case.conversation_ids:
+        query = "SELECT count(*) FROM memory.turns WHERE tenant = %s AND conversation_id = ANY(%s)"
+        return conn.execute(query, (case.tenant, case.conversation_ids)).fetchone()[0]  # type: ignore[index]
+    return conn.execute("SELECT count(*) FROM memory.turns WHERE tenant = %s", (case.tenant,)).fetchone()[0]  # type: ignore[index]
+
+
+def run(args: argparse.Namespace, settings: Settings, url: str) -> dict:
+    spec = PRESETS["1m"]
+    store = VectorStore(args.vectors / "1m", spec)
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    if not store.ready(sizes[-1]):
+        missing = sum(not store.have(i) for i in range(-(-sizes[-1] // CHUNK)))
+        raise SystemExit(f"{missing} vector chunks of the first {sizes[-1]} turns are missing: "
+                         "run `nice python -m bench.scale.vectors --size 1m` first")
+    own = settings.with_overrides(database_url=SecretStr(url))
+    embedder = Embedder.from_settings(own)
+    chosen = cases(spec, args.questions)
+    chunks = store.chunked()
+    points = []
+    loaded = 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        prepare(conn)
+        for size in sizes:
+            figures = grow(conn, itertools.islice(chunks, (size - loaded) // CHUNK))
+            loaded = size
+            last_ts = conn.execute("SELECT max(ts) FROM memory.turns").fetchone()[0]  # type: ignore[index]
+            conn.execute("VACUUM ANALYZE memory.turns")  # reads are timed on settled tables
+            reads = asyncio.run(read_all(own, url, embedder, chosen, asked_at=last_ts, budget=args.budget,
+                                         recall_questions=args.recall_questions))
+            for case in chosen:
+                reads[case.name]["case_turns"] = tenant_turns(conn, case)
+            point = {"turns": size, "load": {"rows": figures.rows, "seconds": round(figures.seconds, 2),
+                                             "rows_per_s": round(figures.rows_per_s, 1),
+                                             "unindexed_rows_per_s": round(figures.probe_rows_per_s, 1),
+                                             "index_ms_per_row": round(figures.index_ms_per_row, 3)},
+                     "disk": disk_usage(conn, size), "reads": reads, "load_average": list(os.getloadavg())}
+            print(json.dumps(point), flush=True)
+            points.append(point)
+        pg = postgres_settings(conn)
+    return {"what": "one memory of the bench.workload_scale 1M workload, grown by COPY through each size; the "
+                    "context read (in process, no model) timed there for a tenant of many conversations (whole "
+                    "tenant) and one large conversation; recall_vs_exact = share of an exact (no index scan) "
+                    "read's turns the indexed read also returned",
+            "budget_tokens": args.budget, "workload": {"tenants": spec.tenants + 1, "conversations": spec.conversations,
+                                                       "turns": spec.turns},
+            "postgres_settings": pg, "points": points}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10000,100000,1000000", help="turn counts, multiples of 10,000")
+    parser.add_argument("--questions", type=int, default=60, help="per case, timed at every size")
+    parser.add_argument("--recall-questions", type=int, default=30, help="of those, also read exactly")
+    parser.add_argument("--budget", type=int, default=1000)
+    parser.add_argument("--vectors", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--start-postgres", action="store_true", help="start the embedded PostgreSQL first")
+    parser.add_argument("--keep", action="store_true", help="keep the database (its name is printed)")
+    args = parser.parse_args(argv)
+    if any(int(s) % CHUNK for s in args.sizes.split(",")):
+        parser.error(f"sizes are multiples of {CHUNK}")
+    settings = Settings()
+    if args.start_postgres:
+        from infra import services
+        services.up(settings, workers=False, only={"postgres"})
+    name = f"scale_bench_{uuid.uuid4().hex[:8]}"
+    base = database_url(settings)
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    print(f"database {name}", flush=True)
+    try:
+        url = make_conninfo(base, dbname=name)
+        apply_migrations(url)
+        report = run(args, settings, url)
+    finally:
+        if not args.keep:
+            with psycopg.connect(base, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    plot(report, args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

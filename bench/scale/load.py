@@ -1,0 +1,95 @@
+"""Growing the scale database: COPY the next turns (with their precomputed vectors) into memory.turns,
+with every index in place, and time the same rows into an index-free table as the storage limit.
+
+COPY, not the worker: this is the storage side of ingest at each size (what a row costs with the
+HNSW, GIN and btree indexes of a memory this large). The worker's own rate on the same texts is
+measured end to end by bench.ingest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+
+from epistream.contracts import Turn
+from epistream.embeddings import TURN_EMBEDDING_VERSION
+
+COLUMNS = ("tenant", "conversation_id", "turn_id", "speaker", "text", "ts", "tz_offset_s", "session_id",
+           "embedding", "embedded_as")
+TYPES = ("text", "text", "text", "text", "text", "timestamptz", "int4", "text", "vector", "int2")
+#: Same columns, no index at all: what the rows cost to write with nothing to maintain.
+PROBE_TABLE = "scale_probe_turns"
+PROBE_DDL = f"""
+CREATE UNLOGGED TABLE IF NOT EXISTS public.{PROBE_TABLE} (
+    tenant text NOT NULL, conversation_id text NOT NULL, turn_id text NOT NULL, speaker text NOT NULL,
+    text text NOT NULL, ts timestamptz NOT NULL, tz_offset_s integer NOT NULL, session_id text,
+    embedding vector(384) NOT NULL, embedded_as smallint NOT NULL,
+    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', coalesce(speaker, '') || ' ' || text)) STORED)
+"""
+
+
+@dataclass(frozen=True)
+class LoadFigures:
+    rows: int
+    seconds: float  # COPY into memory.turns with its indexes, and the commit
+    probe_rows: int
+    probe_seconds: float  # the probe's rows into the index-free table (same tsvector work)
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds else float("nan")
+
+    @property
+    def probe_rows_per_s(self) -> float:
+        return self.probe_rows / self.probe_seconds if self.probe_seconds else float("nan")
+
+    @property
+    def index_ms_per_row(self) -> float:
+        """What the indexes add to a row: the indexed per-row time less the index-free one."""
+        return 1000 * (self.seconds / self.rows - self.probe_seconds / self.probe_rows)
+
+
+def _rows(turns: Sequence[Turn], vectors: np.ndarray) -> Iterable[tuple]:
+    for turn, vector in zip(turns, vectors, strict=True):
+        yield (turn.tenant, turn.conversation_id, turn.turn_id, turn.speaker, turn.text, turn.ts,
+               int(turn.ts.utcoffset().total_seconds()), turn.session_id, vector,  # type: ignore[union-attr]
+               TURN_EMBEDDING_VERSION)
+
+
+def copy_rows(conn: psycopg.Connection, table: str, turns: Sequence[Turn], vectors: np.ndarray) -> float:
+    """COPY (binary) the rows into `table` in one transaction; the seconds it took, commit included."""
+    started = time.perf_counter()
+    with conn.transaction(), conn.cursor() as cur:
+        statement = f"COPY {table} ({', '.join(COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+        with cur.copy(statement) as copy:
+            copy.set_types(list(TYPES))
+            for row in _rows(turns, vectors):
+                copy.write_row(row)
+    return time.perf_counter() - started
+
+
+def prepare(conn: psycopg.Connection) -> None:
+    register_vector(conn)
+    conn.execute(PROBE_DDL)
+
+
+def grow(conn: psycopg.Connection, batches: Iterable[tuple[list[Turn], np.ndarray]], *,
+         probe_rows: int = 10_000) -> LoadFigures:
+    """COPY every batch into memory.turns; the first `probe_rows` rows also go to the probe table
+    (timed on their own, then emptied) for the index-free rate on the same rows."""
+    rows = seconds = 0.0
+    probed = probe_s = 0.0
+    for turns, vectors in batches:
+        if probed < probe_rows:
+            take = int(min(len(turns), probe_rows - probed))
+            probe_s += copy_rows(conn, f"public.{PROBE_TABLE}", turns[:take], vectors[:take])
+            probed += take
+        seconds += copy_rows(conn, "memory.turns", turns, vectors)
+        rows += len(turns)
+    conn.execute(f"TRUNCATE public.{PROBE_TABLE}")
+    return LoadFigures(int(rows), seconds, int(probed), probe_s)
