@@ -46,21 +46,21 @@ def embedded_texts(chunk: list[Turn]) -> list[str]:
     return [turn_embedding_text(t.speaker, t.text, t.ts) for t in chunk]
 
 
-def manifest(spec: WorkloadSpec) -> dict:
+def manifest(spec: WorkloadSpec, chunk: int) -> dict:
     model = default_model_path()
     first = embedded_texts(list(itertools.islice(turns(spec), FINGERPRINT_TURNS)))
     return {"spec": asdict(spec), "texts_sha256": hashlib.sha256("\n".join(first).encode()).hexdigest(),
             "model": model.name, "model_bytes": model.stat().st_size, "embedded_as": TURN_EMBEDDING_VERSION,
-            "chunk": CHUNK, "dimensions": DIMENSIONS}
+            "chunk": chunk, "dimensions": DIMENSIONS}
 
 
 class VectorStore:
-    """Chunk files ``chunk-00000.npy`` ... under `root`, one per `CHUNK` turns of the stream."""
+    """Chunk files ``chunk-00000.npy`` ... under `root`, one per `chunk` turns of the stream."""
 
-    def __init__(self, root: Path, spec: WorkloadSpec) -> None:
-        self.root, self.spec = root, spec
+    def __init__(self, root: Path, spec: WorkloadSpec, *, chunk: int = CHUNK) -> None:
+        self.root, self.spec, self.chunk = root, spec, chunk
         root.mkdir(parents=True, exist_ok=True)
-        expected = manifest(spec)
+        expected = manifest(spec, chunk)
         path = root / "manifest.json"
         if path.exists():
             found = json.loads(path.read_text())
@@ -71,7 +71,7 @@ class VectorStore:
             path.write_text(json.dumps(expected, indent=1))
 
     def chunks(self) -> int:
-        return -(-self.spec.turns // CHUNK)
+        return -(-self.spec.turns // self.chunk)
 
     def _path(self, index: int) -> Path:
         return self.root / f"chunk-{index:05d}.npy"
@@ -80,7 +80,7 @@ class VectorStore:
         return self._path(index).exists()
 
     def ready(self, turns_needed: int) -> bool:
-        return all(self.have(i) for i in range(-(-turns_needed // CHUNK)))
+        return all(self.have(i) for i in range(-(-turns_needed // self.chunk)))
 
     def load(self, index: int) -> np.ndarray:
         return np.load(self._path(index))
@@ -96,7 +96,7 @@ class VectorStore:
         for index in range(self.chunks()):
             if not self.have(index):
                 return
-            chunk = list(itertools.islice(stream, CHUNK))
+            chunk = list(itertools.islice(stream, self.chunk))
             vectors = self.load(index)
             if len(vectors) != len(chunk):
                 raise SystemExit(f"chunk {index} holds {len(vectors)} vectors for {len(chunk)} turns")
@@ -105,8 +105,8 @@ class VectorStore:
 
 def embed_missing(store: VectorStore, embedder: Embedder, upto: int) -> None:
     stream = turns(store.spec)
-    for index in range(-(-upto // CHUNK)):
-        chunk = list(itertools.islice(stream, CHUNK))
+    for index in range(-(-upto // store.chunk)):
+        chunk = list(itertools.islice(stream, store.chunk))
         if store.have(index):
             continue
         started = time.perf_counter()
