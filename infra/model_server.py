@@ -24,8 +24,11 @@ def default_gguf() -> Path:
 
 
 def model_server_argv(settings: Settings) -> list[str]:
+    # Run niced, not re-niced after start: llama.cpp's compute threads inherit the niceness they are
+    # created with, and on shared cores they otherwise take turns with the embedder one for one.
+    niced = ["nice", "-n", str(settings.model_nice)] if settings.model_nice else []
     return [
-        sys.executable, "-m", "llama_cpp.server",
+        *niced, sys.executable, "-m", "llama_cpp.server",
         "--model", str(settings.model_path or default_gguf()),
         "--model_alias", settings.llm_model,
         "--host", "127.0.0.1", "--port", str(settings.model_server_port),
