@@ -106,7 +106,7 @@ class ModelSettings(BaseSettings):
     model_ctx: int = Field(8192, description="Context window of the local model server.")
     model_threads: int = Field(2, description="CPU threads of the local model server.")
     model_nice: int = Field(
-        10, ge=0, le=19,
+        19, ge=0, le=19,
         description="Scheduling niceness of the local model server: the fast path (embedding, storing) "
         "runs first when they share cores. 0: equal priority.",
     )

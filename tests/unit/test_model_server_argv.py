@@ -11,7 +11,7 @@ from infra.model_server import model_server_argv
 def test_the_model_server_runs_niced_by_default_and_at_equal_priority_when_asked(tmp_path):
     model = tmp_path / "m.gguf"
     default = model_server_argv(Settings(model_path=model))
-    assert default[:3] == ["nice", "-n", "10"]
+    assert default[:3] == ["nice", "-n", "19"]
     assert default[4:6] == ["-m", "llama_cpp.server"]
     equal = model_server_argv(Settings(model_path=model, model_nice=0))
     assert equal[1:3] == ["-m", "llama_cpp.server"] and "nice" not in equal
