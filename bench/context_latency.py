@@ -17,19 +17,16 @@ import json
 import os
 import statistics
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 from pydantic import SecretStr
 
 from consumers.context import build_context
 from consumers.retrieval import Recipes, from_settings
-from epistream.db import apply_migrations, create_pool, database_url
+from epistream.db import create_pool
 from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
 from epistream.settings import Settings
@@ -37,6 +34,8 @@ from epistream.sources import load_locomo
 from pipeline.ingest import ingest_batch
 from pipeline.records import RawRecord
 from pipeline.segmenter import SegmenterConfig
+
+from .scratch_db import scratch_database
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo-dev.json"
@@ -126,16 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-postgres", action="store_true", help="start the embedded PostgreSQL first")
     args = parser.parse_args(argv)
     settings = Settings()
-    if args.start_postgres:
-        from infra import services
-        services.up(settings, workers=False, only={"postgres"})
-    name = f"context_bench_{uuid.uuid4().hex[:8]}"
-    base = database_url(settings)
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        url = make_conninfo(base, dbname=name)
-        apply_migrations(url)
+    with scratch_database(settings, "context_bench", start_postgres=args.start_postgres) as url:
         own = settings.with_overrides(database_url=SecretStr(url))
         samples = load_locomo(args.data, tenant=TENANT)
         embedder = Embedder.from_settings(own)
@@ -147,9 +137,6 @@ def main(argv: list[str] | None = None) -> int:
             conn.execute("VACUUM ANALYZE")
         budgets = [int(b) for b in args.budgets.split(",")]
         results = asyncio.run(_measure(own, embedder, samples, args.questions, budgets))
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
     report = {"what": "context read latency, in process, one question at a time: latency_ms = the reply's"
                       " latency_ms (speaker lookup, the question's embedding, searches, packing), embedding_ms = the"
                       " question's embedding alone (for the breakdown), total_ms = the build_context call", "load_average": list(os.getloadavg()), "data": str(args.data),

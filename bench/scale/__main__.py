@@ -12,19 +12,17 @@ import asyncio
 import itertools
 import json
 import os
-import uuid
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr
 
 from consumers.retrieval import from_settings
-from epistream.db import apply_migrations, create_pool, database_url
+from epistream.db import create_pool
 from epistream.embeddings import Embedder
 from epistream.settings import Settings
 
+from ..scratch_db import scratch_database
 from ..workload_scale import PRESETS, WorkloadSpec, conversation_questions
 from .disk import disk_usage, postgres_settings
 from .load import grow, prepare
@@ -127,22 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(int(s) % CHUNK for s in args.sizes.split(",")):
         parser.error(f"sizes are multiples of {CHUNK}")
     settings = Settings()
-    if args.start_postgres:
-        from infra import services
-        services.up(settings, workers=False, only={"postgres"})
-    name = f"scale_bench_{uuid.uuid4().hex[:8]}"
-    base = database_url(settings)
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    print(f"database {name}", flush=True)
-    try:
-        url = make_conninfo(base, dbname=name)
-        apply_migrations(url)
+    with scratch_database(settings, "scale_bench", start_postgres=args.start_postgres, keep=args.keep) as url:
         report = run(args, settings, url)
-    finally:
-        if not args.keep:
-            with psycopg.connect(base, autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     plot(report, args.out.with_suffix(".png"))

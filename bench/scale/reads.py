@@ -24,6 +24,8 @@ from epistream.db import create_pool
 from epistream.embeddings import Embedder
 from epistream.settings import Settings
 
+from ..context_latency import percentile
+
 WARM_UP = 5
 
 
@@ -42,11 +44,6 @@ class Case:
     tenant: str
     conversation_ids: list[str] | None
     questions: Sequence[str]
-
-
-def percentile(values: Sequence[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
 
 
 def exact_pool(settings: Settings, url: str) -> AsyncConnectionPool:
