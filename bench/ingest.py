@@ -81,7 +81,7 @@ def warm_up(settings: Settings, url: str, records: list[Record]) -> WarmUp:
     asyncio.run(send_one_by_one(settings, records))
     seconds = wait_for_rows(url, tenant, len(records), stall_s=WARMUP_STALL_S) - started
     seal_tenant(url, tenant)  # its conversations would otherwise close by idleness during the measured run
-    latencies, _ = _row_timings(url, tenant)
+    latencies, _ = row_timings(url, tenant)
     return WarmUp(seconds, float(np.median(latencies)), float(latencies.max()))
 
 
@@ -99,7 +99,7 @@ def measure_ingest(settings: Settings, url: str, tenant: str, records: list[Reco
     cpu_after = process_cpu_seconds(pid)
     time.sleep(0.5)  # the worker observes its histograms just after the commit we saw
     after = scrape(settings)
-    latencies, db_span = _row_timings(url, tenant)
+    latencies, db_span = row_timings(url, tenant)
     p50, p95 = np.percentile(latencies, [50, 95])
     return IngestFigures(
         turns=len(records),
@@ -114,7 +114,7 @@ def measure_ingest(settings: Settings, url: str, tenant: str, records: list[Reco
     )
 
 
-def _row_timings(url: str, tenant: str) -> tuple[np.ndarray, float]:
+def row_timings(url: str, tenant: str) -> tuple[np.ndarray, float]:
     """Per-row stored_at - produced_at, and the first-produce-to-last-store span.
 
     stored_at is now(), i.e. the start of the worker's insert transaction: the row

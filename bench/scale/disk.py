@@ -23,11 +23,7 @@ def disk_usage(conn: psycopg.Connection, turns: int) -> dict:
 
 def postgres_settings(conn: psycopg.Connection) -> dict[str, str]:
     conn.execute("LOAD 'vector'")  # its hnsw.* settings exist once the library is loaded
-    found = {}
-    for name in SETTINGS:
-        try:
-            found[name] = conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]  # names from SETTINGS
-        except psycopg.Error:
-            found[name] = "unset"
-    found["server_version"] = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-    return found
+    names = [*SETTINGS, "server_version"]
+    values = conn.execute("SELECT n, coalesce(current_setting(n, true), 'unset') FROM unnest(%s::text[]) AS n",
+                          (names,)).fetchall()
+    return dict(values)

@@ -26,7 +26,7 @@ import numpy as np
 import psycopg
 
 from bench.cleanup import forget_tenants, seal_tenant
-from bench.ingest import _row_timings, wait_for_rows
+from bench.ingest import row_timings, wait_for_rows
 from bench.produce import Record, send_burst, send_steady
 from bench.stack import managed_pid, process_cpu_seconds
 from epistream.db import database_url
@@ -41,6 +41,8 @@ DEFAULT_OUT = ROOT / "bench" / "results" / "fastpath.json"
 #: longer than every phase together (about 40 s a segment there).
 #: The phase with the model server paused (SIGSTOP): the fast path's own floor at this rate.
 STOPPED = "stopped"
+#: The streamed turns' shape (the capacity probe embeds the same kind of texts).
+STREAM = dict(tenants=1, conversations_per_tenant=8, sessions_per_conversation=40, turns_per_session=20)
 BACKLOG = dict(tenants=1, conversations_per_tenant=6, sessions_per_conversation=4, turns_per_session=20)
 
 
@@ -68,8 +70,7 @@ def embedder_rate(settings: Settings, texts: list[str]) -> float:
 
 def phase(settings: Settings, url: str, tenant: str, rate: float, seconds: float, niceness: int | str,
           model_pid: int) -> dict:
-    spec = WorkloadSpec(tenants=1, conversations_per_tenant=8, sessions_per_conversation=40, turns_per_session=20,
-                        prefix=tenant)
+    spec = WorkloadSpec(**STREAM, prefix=tenant)  # type: ignore[arg-type]
     records = [Record.of(t) for t in itertools.islice(turns(spec), int(rate * seconds))]
     stopped = niceness == STOPPED
     threads = renice(model_pid, settings.model_nice if stopped else niceness)
@@ -84,7 +85,7 @@ def phase(settings: Settings, url: str, tenant: str, rate: float, seconds: float
             os.kill(model_pid, signal.SIGCONT)
     seal_tenant(url, f"{tenant}-t000")  # its own segments would only lengthen the backlog
     model_after, wall = process_cpu_seconds(model_pid), time.perf_counter() - started
-    latencies, _ = _row_timings(url, f"{tenant}-t000")
+    latencies, _ = row_timings(url, f"{tenant}-t000")
     p50, p95 = np.percentile(latencies, [50, 95])
     return {"model_nice": niceness, "model_threads_reniced": threads, "turns": len(records), "rate_per_s": rate,
             "achieved_per_s": round(sent.achieved_per_s, 1), "p50_ms": round(1000 * p50, 1),
@@ -112,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("the model server is not running (start the stack, or pass --start)")
     run = f"bench-fastpath-{uuid.uuid4().hex[:6]}"
     texts = [turn_embedding_text(t.speaker, t.text, t.ts) for t in itertools.islice(
-        turns(WorkloadSpec(tenants=1, conversations_per_tenant=8, sessions_per_conversation=40,
-                           turns_per_session=20, prefix=f"{run}-probe")), 1000)]
+        turns(WorkloadSpec(**STREAM, prefix=f"{run}-probe")), 1000)]  # type: ignore[arg-type]
     os.kill(model_pid, signal.SIGSTOP)  # the embedder alone on these cores, whatever the model was doing
     try:
         capacity = embedder_rate(settings, texts)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
+from psycopg import sql
 
 from epistream.contracts import Turn
 from epistream.embeddings import TURN_EMBEDDING_VERSION
@@ -23,14 +24,15 @@ COLUMNS = ("tenant", "conversation_id", "turn_id", "speaker", "text", "ts", "tz_
            "embedding", "embedded_as")
 TYPES = ("text", "text", "text", "text", "text", "timestamptz", "int4", "text", "vector", "int2")
 #: Same columns, no index at all: what the rows cost to write with nothing to maintain.
-PROBE_TABLE = "scale_probe_turns"
-PROBE_DDL = f"""
-CREATE UNLOGGED TABLE IF NOT EXISTS public.{PROBE_TABLE} (
+PROBE_TABLE = sql.Identifier("public", "scale_probe_turns")
+TURNS_TABLE = sql.Identifier("memory", "turns")
+PROBE_DDL = sql.SQL("""
+CREATE UNLOGGED TABLE IF NOT EXISTS {} (
     tenant text NOT NULL, conversation_id text NOT NULL, turn_id text NOT NULL, speaker text NOT NULL,
     text text NOT NULL, ts timestamptz NOT NULL, tz_offset_s integer NOT NULL, session_id text,
     embedding vector(384) NOT NULL, embedded_as smallint NOT NULL,
     tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', coalesce(speaker, '') || ' ' || text)) STORED)
-"""
+""").format(PROBE_TABLE)
 
 
 @dataclass(frozen=True)
@@ -61,11 +63,12 @@ def _rows(turns: Sequence[Turn], vectors: np.ndarray) -> Iterable[tuple]:
                TURN_EMBEDDING_VERSION)
 
 
-def copy_rows(conn: psycopg.Connection, table: str, turns: Sequence[Turn], vectors: np.ndarray) -> float:
+def copy_rows(conn: psycopg.Connection, table: sql.Identifier, turns: Sequence[Turn], vectors: np.ndarray) -> float:
     """COPY (binary) the rows into `table` in one transaction; the seconds it took, commit included."""
     started = time.perf_counter()
     with conn.transaction(), conn.cursor() as cur:
-        statement = f"COPY {table} ({', '.join(COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+            table, sql.SQL(", ").join(map(sql.Identifier, COLUMNS)))
         with cur.copy(statement) as copy:
             copy.set_types(list(TYPES))
             for row in _rows(turns, vectors):
@@ -82,14 +85,14 @@ def grow(conn: psycopg.Connection, batches: Iterable[tuple[list[Turn], np.ndarra
          probe_rows: int = 10_000) -> LoadFigures:
     """COPY every batch into memory.turns; the first `probe_rows` rows also go to the probe table
     (timed on their own, then emptied) for the index-free rate on the same rows."""
-    rows = seconds = 0.0
-    probed = probe_s = 0.0
+    rows = probed = 0
+    seconds = probe_s = 0.0
     for turns, vectors in batches:
         if probed < probe_rows:
-            take = int(min(len(turns), probe_rows - probed))
-            probe_s += copy_rows(conn, f"public.{PROBE_TABLE}", turns[:take], vectors[:take])
+            take = min(len(turns), probe_rows - probed)
+            probe_s += copy_rows(conn, PROBE_TABLE, turns[:take], vectors[:take])
             probed += take
-        seconds += copy_rows(conn, "memory.turns", turns, vectors)
+        seconds += copy_rows(conn, TURNS_TABLE, turns, vectors)
         rows += len(turns)
-    conn.execute(f"TRUNCATE public.{PROBE_TABLE}")
-    return LoadFigures(int(rows), seconds, int(probed), probe_s)
+    conn.execute(sql.SQL("TRUNCATE {}").format(PROBE_TABLE))
+    return LoadFigures(rows, seconds, probed, probe_s)

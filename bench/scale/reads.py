@@ -19,21 +19,12 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from consumers.context import build_context
-from consumers.retrieval import Recipes
 from epistream.db import create_pool
-from epistream.embeddings import Embedder
 from epistream.settings import Settings
 
-from ..context_latency import percentile
+from ..context_latency import Deps, percentile
 
 WARM_UP = 5
-
-
-@dataclass(frozen=True)
-class Deps:
-    pool: AsyncConnectionPool
-    embedder: Embedder
-    recipes: Recipes
 
 
 @dataclass(frozen=True)
