@@ -3,9 +3,10 @@
 Each case asks its questions one after another through consumers.context.build_context, in process
 (question embedding, speaker lookup, fused BM25 + HNSW turn search, gists, facts, packing; no model).
 The same questions are then read through a pool whose sessions cannot use an index scan
-(``enable_indexscan = off``): HNSW serves only index scans, so there the dense pathway is an exact
-scan while full-text still uses its GIN index by bitmap. Recall = the share of the exact read's turns
-that the indexed read returned too, at the same budget.
+(``enable_indexscan = off``) with no match cap on the lexical pathway: HNSW serves only index scans,
+so there the dense pathway is an exact scan, and every word of the question finds its turns (full
+text still uses its GIN index by bitmap). Recall = the share of the exact read's turns that the
+indexed read returned too, at the same budget.
 """
 
 from __future__ import annotations

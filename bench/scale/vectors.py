@@ -35,7 +35,8 @@ from epistream.embeddings import (
 from ..workload_scale import PRESETS, WorkloadSpec, turns
 
 CHUNK = 10_000
-DEFAULT_DIR = Path(".epistream-scale") / "vectors"
+#: Outside the work tree: a checkout laid anew on the same machine still finds hours of vectors.
+DEFAULT_DIR = Path(os.environ.get("EPISTREAM_SCALE_VECTORS", Path.home() / ".cache" / "epistream" / "scale-vectors"))
 
 
 #: The generator's output is pinned by the first turns' embedded texts, not by its code.

@@ -49,9 +49,12 @@ class TurnRecipe:
     lexical_ranking: LexicalRanking = "bm25"  # or PostgreSQL's ts_rank_cd (turns.lexical_turns)
     top_k: int = 8
     keyword_config: TextSearchConfig = "simple"  # of the OR-ed keyword query (fragments.any_keyword)
+    match_cap: int = 2_000  # turns BM25's rarest words may find (turns.lexical_turns); 0: every word finds all
 
     def __post_init__(self) -> None:
         _check(self.pathways, TURN_PATHWAYS, self.keyword_config)
+        if self.match_cap < 0:
+            raise ValueError(f"match_cap is 0 (no cap) or more, not {self.match_cap}")
         if self.lexical_ranking not in get_args(LexicalRanking):
             raise ValueError(f"lexical ranking is one of {get_args(LexicalRanking)}, not {self.lexical_ranking!r}")
 
@@ -134,7 +137,8 @@ def from_settings(settings: Settings) -> Recipes:
                        fusion=settings.router_fusion, weights=settings.pathway_weights,
                        force_include=settings.router_force_include, rrf_k=settings.rrf_k),
         turns=replace(FUSED_TURNS, top_k=settings.retrieve_top_k, pool=settings.retrieve_pool,
-                      rrf_k=settings.rrf_k, speaker_bonus=settings.speaker_bonus),
+                      rrf_k=settings.rrf_k, speaker_bonus=settings.speaker_bonus,
+                      match_cap=settings.lexical_match_cap),
         windows=replace(DEEP_WINDOWS, reads=settings.deep_reads, each_side=settings.deep_window_turns,
                         windows=settings.deep_windows, budget_tokens=settings.deep_read_tokens),
     )

@@ -44,6 +44,11 @@ def lexical_turns(keyword_config: TextSearchConfig, ranking: LexicalRanking) -> 
     word is counted once per turn (tf 1: no unnesting of every matched tsvector). PostgreSQL's own
     ``ts_rank_cd`` (``cover_density``, the ablation) weighs every word alike, so "time" counts as much
     as "Stromboli": on the pick split the context read reads 0.777 with it at 1,000 tokens.
+
+    Only the rarest words *find* turns: taken rarest first while the turns they match together stay
+    within ``%(match_cap)s`` (0: every word), the rarest always, its own matches capped too. A common
+    word still adds its weight to the turns found, but no longer pulls in every turn of a large
+    conversation that says "really" (the cost grew with the conversation: bench.scale).
     """
     if ranking == "cover_density":
         return sql.SQL("""SELECT t.tenant, t.conversation_id, t.turn_id
@@ -56,18 +61,27 @@ def lexical_turns(keyword_config: TextSearchConfig, ranking: LexicalRanking) -> 
     return sql.SQL("""WITH terms AS (
               SELECT DISTINCT w.lexeme, plainto_tsquery('simple', w.lexeme) AS tq
               FROM unnest(to_tsvector('english', %(query)s)) AS w
+          ), population AS MATERIALIZED (
+              SELECT count(*) AS n FROM (SELECT 1 FROM memory.turns t WHERE {scope} LIMIT {cap}) p
           ), weights AS MATERIALIZED (  -- counted once, not once per matched turn
-              SELECT terms.tq,
+              SELECT terms.lexeme, terms.tq, frequency.df,
                      ln(1 + (greatest(population.n, frequency.df) - frequency.df + 0.5) / (frequency.df + 0.5)) AS idf
-              FROM terms
-              CROSS JOIN (SELECT count(*) AS n FROM (SELECT 1 FROM memory.turns t WHERE {scope}
-                                                     LIMIT {cap}) p) population
+              FROM terms CROSS JOIN population
               CROSS JOIN LATERAL (SELECT count(*) AS df FROM (SELECT 1 FROM memory.turns t
                                   WHERE {scope} AND t.tsv @@ terms.tq LIMIT {cap}) m) frequency
+              WHERE numnode(terms.tq) > 0
+          ), searched AS MATERIALIZED (  -- the rarest words while the turns they match fit the cap
+              SELECT r.tq FROM (SELECT w.tq, sum(w.df) OVER (ORDER BY w.df, w.lexeme) AS running,
+                                       row_number() OVER (ORDER BY w.df, w.lexeme) AS place
+                                FROM weights w WHERE w.df > 0) r
+              WHERE %(match_cap)s::int = 0 OR r.running <= %(match_cap)s::int OR r.place = 1
           ), matched AS MATERIALIZED (
-              SELECT t.tenant, t.conversation_id, t.turn_id, t.ts, t.tsv, length(t.tsv) AS len
-              FROM memory.turns t, {any_keyword} q
-              WHERE %(use_lexical)s AND {matches} AND {scope} AND {in_window}
+              SELECT DISTINCT ON (t.tenant, t.conversation_id, t.turn_id)
+                     t.tenant, t.conversation_id, t.turn_id, t.ts, t.tsv, length(t.tsv) AS len
+              FROM searched s CROSS JOIN LATERAL (
+                  SELECT t.tenant, t.conversation_id, t.turn_id, t.ts, t.tsv FROM memory.turns t
+                  WHERE %(use_lexical)s AND t.tsv @@ s.tq AND {scope} AND {in_window}
+                  LIMIT nullif(%(match_cap)s::int, 0)) t
           ), norms AS (
               SELECT greatest(avg(len), 1) AS avgdl FROM matched
           )
@@ -76,8 +90,8 @@ def lexical_turns(keyword_config: TextSearchConfig, ranking: LexicalRanking) -> 
           GROUP BY m.tenant, m.conversation_id, m.turn_id, m.ts, m.len, norms.avgdl
           ORDER BY sum(w.idf) * ({k1} + 1) / (1 + {k1} * (1 - {b} + {b} * m.len / norms.avgdl)) DESC, m.ts
           LIMIT %(pool)s""").format(
-        any_keyword=any_keyword("simple"), matches=matches(sql.SQL("t.tsv"), sql.SQL("q")), scope=in_scope("t"),
-        in_window=TURN_IN_WINDOW, cap=sql.Literal(COUNT_CAP), k1=sql.Literal(BM25_K1), b=sql.Literal(BM25_B))
+        scope=in_scope("t"), in_window=TURN_IN_WINDOW, cap=sql.Literal(COUNT_CAP), k1=sql.Literal(BM25_K1),
+        b=sql.Literal(BM25_B))
 
 
 @cache
@@ -91,8 +105,8 @@ WITH dense AS (
 ), lexical AS (
     SELECT tenant, conversation_id, turn_id, row_number() OVER () AS rnk
     FROM ({lexical}) l
-), fused AS (
-    SELECT coalesce(d.tenant, l.tenant) AS tenant,
+), fused AS MATERIALIZED (  -- plain columns to join on: under RLS, a join on coalesce(...) cannot probe the
+    SELECT coalesce(d.tenant, l.tenant) AS tenant,   -- primary key (not leakproof), so it read the tenant's turns
            coalesce(d.conversation_id, l.conversation_id) AS conversation_id,
            coalesce(d.turn_id, l.turn_id) AS turn_id,
            d.rnk AS dense_rank, l.rnk AS lexical_rank,
@@ -152,6 +166,7 @@ async def search_turns(
         "rrf_k": recipe.rrf_k,
         "use_dense": "dense" in recipe.pathways,
         "use_lexical": "lexical" in recipe.pathways,
+        "match_cap": recipe.match_cap,
         "start": start,
         "end": end,
         "speakers": list(speakers),

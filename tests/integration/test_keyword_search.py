@@ -66,3 +66,44 @@ async def test_bm25_ranks_the_turn_with_the_rare_word_above_one_repeating_common
 
     assert await best("bm25") == "The volcano today was quiet."  # "volcano" is in one turn of ten
     assert await best("cover_density") == "Good good day, a good good day today."  # every word alike
+
+
+async def test_only_the_rarest_words_find_turns_under_the_match_cap_and_common_words_still_weigh(
+        postgres, pool, unique):
+    """A common word no longer pulls every turn saying it into the lexical pathway (its cost grew with the
+    conversation); the rare word's turns are still found, and ranked by every word they share."""
+    embedder = Embedder.from_settings(postgres)
+    tenant, conversation = unique("tenant"), unique("conv")
+    said = [("Ana", f"It was a really nice walk, number {n}.") for n in range(12)]
+    said += [("Ben", "The volcano walk was really nice."), ("Ana", "The volcano map was quite old.")]
+    turns = make_turns(tenant, conversation, said)
+    records = [RawRecord("memory.turns", 0, i, None, t.to_bytes(), int(time.time() * 1000)) for i, t in enumerate(turns)]
+    await ingest_batch(records, pool=pool, embedder=embedder, metrics=Metrics.create())
+    question = "Was the volcano walk really nice?"
+
+    async def found(match_cap: int) -> list[str]:
+        recipe = replace(FUSED_TURNS, pathways=("lexical",), match_cap=match_cap)
+        async with pool.connection() as conn, tenant_scope(conn, tenant):
+            hits = await search_turns(conn, tenant=tenant, query=question, vector=embedder.embed_one(question),
+                                      conversation_ids=[conversation], recipe=recipe)
+        return [t.text for t in hits]
+
+    uncapped, capped = await found(0), await found(5)
+    assert len(uncapped) == FUSED_TURNS.top_k  # "walk", "really", "nice" find every turn
+    # "volcano" (2 turns) is taken; "walk" (13) would pass the cap of 5: only the volcano turns are found,
+    # and of two as long, the one sharing the common words too comes first, as without the cap.
+    assert capped == ["The volcano walk was really nice.", "The volcano map was quite old."]
+    assert uncapped[0] == capped[0]
+
+
+async def test_a_common_word_alone_finds_no_more_turns_than_the_match_cap(postgres, pool, unique):
+    embedder = Embedder.from_settings(postgres)
+    tenant, conversation = unique("tenant"), unique("conv")
+    turns = make_turns(tenant, conversation, [("Ana", f"A really long walk, number {n}.") for n in range(12)])
+    records = [RawRecord("memory.turns", 0, i, None, t.to_bytes(), int(time.time() * 1000)) for i, t in enumerate(turns)]
+    await ingest_batch(records, pool=pool, embedder=embedder, metrics=Metrics.create())
+    recipe = replace(FUSED_TURNS, pathways=("lexical",), match_cap=3, top_k=20, pool=20)
+    async with pool.connection() as conn, tenant_scope(conn, tenant):
+        hits = await search_turns(conn, tenant=tenant, query="walk", vector=embedder.embed_one("walk"),
+                                  conversation_ids=[conversation], recipe=recipe)
+    assert len(hits) == 3

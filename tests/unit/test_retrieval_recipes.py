@@ -58,19 +58,19 @@ def test_named_recipes_are_the_defaults_the_worker_used():
 def test_recipes_come_from_the_router_and_retrieve_settings():
     settings = Settings(router_top_k=3, router_candidates=20, router_fusion="rrf", router_weights=(0.2, 0.5, 0.3),
                         router_force_include=False, retrieve_top_k=11, retrieve_pool=70, rrf_k=40,
-                        speaker_bonus=0.5)
+                        speaker_bonus=0.5, lexical_match_cap=300)
     recipes = from_settings(settings)
     assert recipes == Recipes(
         router=SegmentRecipe(top_k=3, candidates=20, fusion="rrf", weights=(0.2, 0.5, 0.3), force_include=False,
                              rrf_k=40),
-        turns=TurnRecipe(top_k=11, pool=70, rrf_k=40, speaker_bonus=0.5),
+        turns=TurnRecipe(top_k=11, pool=70, rrf_k=40, speaker_bonus=0.5, match_cap=300),
     )
     assert recipes.router.turn_candidates == 80
 
 
 def test_default_settings_give_the_named_recipes():
     fields = ("router_top_k", "router_candidates", "router_fusion", "router_weights", "router_force_include",
-              "retrieve_top_k", "retrieve_pool", "rrf_k", "speaker_bonus")
+              "retrieve_top_k", "retrieve_pool", "rrf_k", "speaker_bonus", "lexical_match_cap")
     defaults = Settings(**{f: Settings.model_fields[f].default for f in fields})
     assert from_settings(defaults) == Recipes(router=ROUTER_DEFAULT, turns=FUSED_TURNS)
 
@@ -139,7 +139,8 @@ def test_each_caller_reads_the_or_query_under_the_config_it_always_used():
         assert OR_QUERY.format("english") in text(router_statement)
     for tool_statement in (LEXICAL_GISTS, LEXICAL_TURNS):
         assert OR_QUERY.format("simple") in text(tool_statement)
-    assert OR_QUERY.format("simple") in text(fused_turn_search("simple"))
+    # BM25 weighs and matches the same lexemes word by word, each read as it is ('simple').
+    assert "plainto_tsquery('simple', w.lexeme)" in text(fused_turn_search("simple"))
 
 
 def test_scope_is_the_tenant_and_the_question_conversations():
