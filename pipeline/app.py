@@ -95,7 +95,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
     async def ingest_records(records: Sequence[RawRecord]) -> IngestResult:
         assert resources.embedder is not None
         return await ingest_batch(records, pool=resources.pool, embedder=resources.embedder, metrics=metrics,
-                                  segmenter=segmenter)
+                                  segmenter=segmenter, chunk_turns=settings.ingest_chunk)
 
     @app.agent(turns_topic, name="ingest")
     async def ingest(stream):  # type: ignore[no-untyped-def]

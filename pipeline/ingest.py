@@ -21,7 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from epistream.contracts import SegmentCloseRequest, Turn, decode
 from epistream.db import tenant_scope
-from epistream.embeddings import Embedder, turn_embedding_text
+from epistream.embeddings import DIMENSIONS, Embedder, turn_embedding_text
 from epistream.metrics import Metrics
 from epistream.retry import BLOCKING, retry
 
@@ -61,6 +61,11 @@ def decode_record(record: RawRecord) -> Turn | SegmentCloseRequest:
 Item = tuple[RawRecord, Turn | SegmentCloseRequest]
 
 
+#: Turns embedded and written per transaction when the caller names no chunk size: EPISTREAM_INGEST_CHUNK's
+#: default, the default batch (one transaction, no overlap), which measured fastest on 2 cores.
+DEFAULT_CHUNK_TURNS = 128
+
+
 async def ingest_batch(
     records: Sequence[RawRecord],
     *,
@@ -69,14 +74,20 @@ async def ingest_batch(
     metrics: Metrics,
     segmenter: SegmenterConfig | None = None,
     max_backoff_s: float = 30.0,
+    chunk_turns: int = DEFAULT_CHUNK_TURNS,
 ) -> IngestResult:
     """Store every valid turn of the batch and apply it to the segmenter (when given), strictly in
     partition order; return what was stored and what is to be dead-lettered, with why.
 
+    The batch is cut into chunks of `chunk_turns` turns, each written in its own transaction while
+    the next one is embedded (the embedder and PostgreSQL then share the cores instead of taking
+    turns); a chunk is written only after the one before it committed.
+
     The one failure policy: a transient error (the database away, a lost race) is retried, blocking
-    the partition until it works; any other error isolates the records that cause it: the batch is
-    stored again record by record, and each record that still fails on its own is set aside with
-    its error. So nothing raises out of here but a cancel, and every record ends stored or rejected."""
+    the partition until it works; any other error isolates the records that cause it: the failed
+    chunk is stored again record by record, and each record that still fails on its own is set aside
+    with its error (chunks already committed stay as they are). So nothing raises out of here but a
+    cancel, and every record ends stored or rejected."""
     started = time.perf_counter()
     result = IngestResult()
     items: list[Item] = []
@@ -85,20 +96,29 @@ async def ingest_batch(
             items.append((record, decode_record(record)))
         except Exception as exc:  # ContractError with its reason; anything else is still this record's
             result.dead.append(Rejected(record, exc))
-    try:
-        await _store(items, pool, embedder, metrics, segmenter, result, max_backoff_s)
-    except Exception as exc:
-        log.warning("batch of %d records failed (%s: %s): storing them one by one", len(items), type(exc).__name__,
-                    str(exc)[:200])
-        for item in items:
-            try:
-                await _store([item], pool, embedder, metrics, segmenter, result, max_backoff_s)
-            except Exception as one:
-                result.dead.append(Rejected(item[0], one))
+    store = _Store(pool, embedder, metrics, segmenter, max_backoff_s)
+    await store.chunks(split_chunks(items, chunk_turns), result)
     result.dead.sort(key=lambda r: r.record.offset)
     _observe(metrics, result, [(t, r) for r, t in items if isinstance(t, Turn)])
     metrics.ingest_batch_seconds.observe(time.perf_counter() - started)
     return result
+
+
+def split_chunks(items: list[Item], chunk_turns: int) -> list[list[Item]]:
+    """Consecutive slices of the batch holding at most `chunk_turns` turns each; a control record
+    stays exactly where it stands between the turns around it."""
+    if chunk_turns < 1:
+        raise ValueError("chunk_turns must be at least 1")
+    chunks: list[list[Item]] = [[]]
+    turns = 0
+    for item in items:
+        if isinstance(item[1], Turn):
+            if turns == chunk_turns:
+                chunks.append([])
+                turns = 0
+            turns += 1
+        chunks[-1].append(item)
+    return [c for c in chunks if c]
 
 
 def _observe(metrics: Metrics, result: IngestResult, turns: list[tuple[Turn, RawRecord]]) -> None:
@@ -113,35 +133,110 @@ def _observe(metrics: Metrics, result: IngestResult, turns: list[tuple[Turn, Raw
         metrics.segments_closed.inc(len(result.closed_segments))
 
 
-async def _store(items: list[Item], pool, embedder, metrics, segmenter, result: IngestResult, max_backoff_s: float):  # type: ignore[no-untyped-def]
-    """Embed the items' turns, then write them all in one transaction (retried while transient),
-    and add what was written to `result` only once it is committed."""
-    turns = [t for _, t in items if isinstance(t, Turn)]
-    if not turns and (segmenter is None or not items):
-        return
-    vectors = np.zeros((0, 384), dtype=np.float32)
-    if turns:
+def _turns(items: list[Item]) -> list[Turn]:
+    return [t for _, t in items if isinstance(t, Turn)]
+
+
+Vectors = asyncio.Task[np.ndarray]
+
+
+@dataclass(frozen=True)
+class _Store:
+    """What storing a batch needs, so the steps below stay small."""
+
+    pool: AsyncConnectionPool
+    embedder: Embedder
+    metrics: Metrics
+    segmenter: SegmenterConfig | None
+    max_backoff_s: float
+
+    async def chunks(self, chunks: list[list[Item]], result: IngestResult) -> None:
+        """Chunk k is written while chunk k+1 is embedded: the next embedding starts once this
+        chunk's vectors are in (two at once would only split the cores between them)."""
+        upcoming = self._embedding(chunks[0]) if chunks else None
+        try:
+            for k, chunk in enumerate(chunks):
+                current, upcoming = upcoming, None
+                assert current is not None
+                vectors = await _outcome(current)
+                upcoming = self._embedding(chunks[k + 1]) if k + 1 < len(chunks) else None
+                await self.chunk(chunk, vectors, result)
+        finally:
+            # A cancel (or anything else) mid-batch: the next chunk's embedding is abandoned, its
+            # thread finishes on its own and nobody reads what it computed.
+            _abandon(upcoming)
+
+    async def chunk(self, items: list[Item], vectors: np.ndarray | Exception, result: IngestResult) -> None:
+        try:
+            if isinstance(vectors, Exception):
+                raise vectors
+            await self.commit(items, vectors, result)
+        except Exception as exc:
+            log.warning("chunk of %d records failed (%s: %s): storing them one by one", len(items),
+                        type(exc).__name__, str(exc)[:200])
+            await self.one_by_one(items, result)
+
+    async def one_by_one(self, items: list[Item], result: IngestResult) -> None:
+        for item in items:
+            try:
+                await self.commit([item], await self.embed(_turns([item])), result)
+            except Exception as one:
+                result.dead.append(Rejected(item[0], one))
+
+    def _embedding(self, items: list[Item]) -> Vectors:
+        return asyncio.ensure_future(self.embed(_turns(items)))
+
+    async def embed(self, turns: list[Turn]) -> np.ndarray:
+        if not turns:
+            return np.zeros((0, DIMENSIONS), dtype=np.float32)
         embed_started = time.perf_counter()
         # ONNX Runtime releases the GIL: run it off the event loop.
-        vectors = await asyncio.to_thread(embedder.embed, [turn_embedding_text(t.speaker, t.text, t.ts) for t in turns])
-        metrics.embedding_seconds.observe(time.perf_counter() - embed_started)
-    vector_of = {id(t): v for t, v in zip(turns, vectors, strict=True)}
+        vectors = await asyncio.to_thread(self.embedder.embed,
+                                          [turn_embedding_text(t.speaker, t.text, t.ts) for t in turns])
+        self.metrics.embedding_seconds.observe(time.perf_counter() - embed_started)
+        return vectors
 
-    async def attempt() -> IngestResult:
-        # One transaction for the whole batch: a failed attempt leaves nothing behind.
-        done = IngestResult()
-        async with pool.connection() as conn, conn.transaction():
-            await _write(conn, items, vector_of, segmenter, done)
-        return done
+    async def commit(self, items: list[Item], vectors: np.ndarray, result: IngestResult) -> None:
+        """Write the items in one transaction (retried while transient), and add what was written to
+        `result` only once it is committed."""
+        turns = _turns(items)
+        if not turns and (self.segmenter is None or not items):
+            return
+        vector_of = {id(t): v for t, v in zip(turns, vectors, strict=True)}
 
-    def waiting(exc: BaseException, attempt_no: int, delay: float) -> None:
-        log.warning("storing %d turns failed (%s), retry %d in %.1fs", len(turns), type(exc).__name__, attempt_no, delay)
+        async def attempt() -> IngestResult:
+            # One transaction per chunk: a failed attempt leaves nothing of it behind.
+            done = IngestResult()
+            async with self.pool.connection() as conn, conn.transaction():
+                await _write(conn, items, vector_of, self.segmenter, done)
+            return done
 
-    # Never skip: block this partition (backpressure) until PostgreSQL is back.
-    done = await retry(attempt, backoff=replace(BLOCKING, cap_s=max_backoff_s), on_retry=waiting)
-    result.stored.extend(done.stored)
-    result.outcomes.extend(done.outcomes)
-    result.closed_segments.extend(done.closed_segments)
+        def waiting(exc: BaseException, attempt_no: int, delay: float) -> None:
+            log.warning("storing %d turns failed (%s), retry %d in %.1fs", len(turns), type(exc).__name__,
+                        attempt_no, delay)
+
+        # Never skip: block this partition (backpressure) until PostgreSQL is back.
+        done = await retry(attempt, backoff=replace(BLOCKING, cap_s=self.max_backoff_s), on_retry=waiting)
+        result.stored.extend(done.stored)
+        result.outcomes.extend(done.outcomes)
+        result.closed_segments.extend(done.closed_segments)
+
+
+async def _outcome(task: Vectors) -> np.ndarray | Exception:
+    """The chunk's vectors, or the error embedding it raised (the chunk's to isolate); a cancel propagates."""
+    try:
+        return await task
+    except Exception as exc:
+        return exc
+
+
+def _abandon(task: Vectors | None) -> None:
+    if task is None:
+        return
+    if not task.done():
+        task.cancel()
+    elif not task.cancelled():
+        task.exception()  # looked at, so an unused failure is not reported as lost
 
 
 async def _write(conn: AsyncConnection, items: list[Item], vector_of, segmenter, result: IngestResult) -> None:  # type: ignore[no-untyped-def]
