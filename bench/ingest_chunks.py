@@ -46,8 +46,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.ingest_chunks", description=__doc__.splitlines()[0])
     p.add_argument("--start-postgres", action="store_true", help="start the embedded PostgreSQL first")
     p.add_argument("--chunks", default="128,32", help="chunk sizes to compare (default 128,32)")
-    p.add_argument("--embedding-batches", default="64",
-                   help="ONNX batch sizes (EPISTREAM_EMBEDDING_BATCH) to compare (default 64)")
+    p.add_argument("--embedding-batches", default="64,16",
+                   help="ONNX batch sizes (EPISTREAM_EMBEDDING_BATCH) to compare (default 64,16: the old and new default)")
     p.add_argument("--rounds", type=int, default=2, help="passes per chunk size, alternating (default 2)")
     p.add_argument("--turns", type=int, help="first N turns (default: the whole dev split)")
     p.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
