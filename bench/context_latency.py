@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import time
@@ -35,6 +34,7 @@ from pipeline.ingest import ingest_batch
 from pipeline.records import RawRecord
 from pipeline.segmenter import SegmenterConfig
 
+from .report import write_results
 from .scratch_db import scratch_database
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,9 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                       " question's embedding alone (for the breakdown), total_ms = the build_context call", "load_average": list(os.getloadavg()), "data": str(args.data),
               "turns": stored, "conversations": len(samples), "gists_and_facts": "none (no enrichment)",
               "by_budget": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_results(args.out, report)
     return 0
 
 

@@ -7,6 +7,7 @@ import math
 import os
 import platform
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,14 @@ def machine_info(root: Path) -> dict[str, Any]:
 def write_json(path: Path, result: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def write_results(path: Path, result: dict[str, Any], plot: Callable[[dict, Path], None] | None = None) -> None:
+    """A benchmark's JSON at `path` and, given a plot, its PNG beside it."""
+    write_json(path, result)
+    if plot is not None:
+        plot(result, path.with_suffix(".png"))
+    print(f"wrote {path}" + (f" and {path.with_suffix('.png')}" if plot is not None else ""))
 
 
 def write_chart(path: Path, result: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from epistream.db import create_pool
 from epistream.embeddings import Embedder
 from epistream.settings import Settings
 
+from ..report import write_results
 from ..scratch_db import scratch_database
 from ..workload_scale import PRESETS, WorkloadSpec, conversation_questions
 from .disk import disk_usage, postgres_settings
@@ -137,10 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     with scratch_database(settings, "scale_bench", start_postgres=args.start_postgres, keep=args.keep) as url:
         report = run(args, settings, url)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    plot(report, args.out.with_suffix(".png"))
-    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    write_results(args.out, report, plot)
     return 0
 
 

@@ -43,6 +43,7 @@ from pipeline.prompts import ENRICH_PROMPT
 from pipeline.segmenter import ClosedSegment, SegmenterConfig, SegmenterState, Step, close, feed
 from pipeline.store import segments
 
+from ..report import write_results
 from ..workload_scale import PRESETS, WorkloadSpec, turns
 
 RESULT = Path("bench/results/enrich-calls-scale.json")
@@ -257,9 +258,7 @@ def main(argv: list[str] | None = None) -> None:
         report["live_run_checks"] = [c for c in checks if c is not None]
         for check in report["live_run_checks"]:
             print(json.dumps(check), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_results(args.out, report)
 
 
 if __name__ == "__main__":

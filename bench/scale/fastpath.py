@@ -33,6 +33,7 @@ from epistream.db import database_url
 from epistream.embeddings import Embedder, turn_embedding_text
 from epistream.settings import Settings
 
+from ..report import write_results
 from ..workload_scale import WorkloadSpec, turns
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,10 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                       "streamed at a steady rate while the enrich worker works through a backlog, per niceness "
                       "of the model server", "embedder_turns_per_s": round(capacity, 1), "cpus": os.cpu_count(),
               "load_average": list(os.getloadavg()), "phases": phases}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    plot(report, args.out.with_suffix(".png"))
-    print(f"wrote {args.out}")
+    write_results(args.out, report, plot)
     return 0
 
 

@@ -51,6 +51,7 @@ from ..faults.inject import ExtraWorker, FaultLog, spawn_worker
 from ..faults.observe import read_since, topic_ends
 from ..ingest import WarmUp, row_timings, wait_for_rows, warm_up
 from ..produce import Record, send_burst, send_steady
+from ..report import write_results
 from ..stack import CpuSnapshot, cpu_report, managed_pid, process_cpu_seconds, worker_setting
 from ..workload import segment_free
 from ..workload_scale import WorkloadSpec, conversation_questions, turns
@@ -404,10 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.down:
             services.down(settings)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    plot(report, args.out.with_suffix(".png"))
-    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    write_results(args.out, report, plot)
     return 0
 
 

@@ -20,29 +20,24 @@ from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
 from pipeline.ingest import ingest_batch
 from pipeline.records import RawRecord
-from pipeline.segmenter import SegmenterConfig
 from pipeline.store.tombstones import LOCK_EXCLUSIVE, LOCK_SHARED, WHOLE_TENANT
 
-from .helpers import T0
+from .helpers import LONG_SEGMENTS as CONFIG
+from .helpers import POISON, T0, PickyEmbedder
 
 pytestmark = pytest.mark.integration
 
-CONFIG = SegmenterConfig(max_tokens=10_000, overlap_share=0.0, max_gap=timedelta(hours=1))
-POISON = "POISON-FOR-THE-EMBEDDER"
 
-
-class RecordingEmbedder:
+class RecordingEmbedder(PickyEmbedder):
     """The real embedder; notes when each call ended, and raises on one marked text."""
 
     def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.calls: list[tuple[int, float]] = []
         self._lock = threading.Lock()
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        if any(POISON in t for t in texts):
-            raise ValueError("the tokenizer choked")
-        vectors = self.inner.embed(texts)
+        vectors = super().embed(texts)
         with self._lock:
             self.calls.append((len(texts), time.monotonic()))
         return vectors

@@ -10,7 +10,6 @@ import json
 import time
 from datetime import timedelta
 
-import numpy as np
 import psycopg
 import pytest
 
@@ -23,24 +22,10 @@ from pipeline.ingest import ingest_batch
 from pipeline.records import RawRecord
 from pipeline.segmenter import SegmenterConfig
 
-from .helpers import T0
+from .helpers import LONG_SEGMENTS as CONFIG
+from .helpers import POISON, T0, PickyEmbedder
 
 pytestmark = pytest.mark.integration
-
-CONFIG = SegmenterConfig(max_tokens=10_000, overlap_share=0.0, max_gap=timedelta(hours=1))
-POISON = "POISON-FOR-THE-EMBEDDER"
-
-
-class PickyEmbedder:
-    """The real embedder, except that it raises on one marked text (an error no contract catches)."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        if any(POISON in t for t in texts):
-            raise ValueError("the tokenizer choked")
-        return self.inner.embed(texts)
 
 
 @pytest.fixture(scope="module")
