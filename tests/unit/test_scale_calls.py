@@ -12,7 +12,10 @@ from epistream.prompts import estimate_tokens
 from epistream.settings import Settings
 from pipeline.enrich import build_messages
 
-SETTINGS = Settings()
+# The defaults, whatever the environment says: the integration tests' conftest sets small segments
+# for the test stack in os.environ, and pytest imports it before this module.
+SETTINGS = Settings(**{name: field.default for name, field in Settings.model_fields.items()
+                       if name.startswith(("segment_", "extractor_", "model_ctx"))})
 SPEC = WorkloadSpec(tenants=1, conversations_per_tenant=2, sessions_per_conversation=3, turns_per_session=6,
                     long_conversation_sessions=4)
 T0 = datetime(2024, 1, 1, 9, 0, tzinfo=UTC)
