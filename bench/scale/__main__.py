@@ -27,7 +27,7 @@ from ..report import write_results
 from ..scratch_db import scratch_database
 from ..workload_scale import PRESETS, WorkloadSpec, conversation_questions
 from .disk import disk_usage, postgres_settings
-from .load import grow, prepare
+from .load import grow, grow_bulk, prepare
 from .plot import plot
 from .reads import Case, Deps, exact_pool, measure_case
 from .vectors import CHUNK, DEFAULT_DIR, VectorStore
@@ -97,7 +97,13 @@ def run(args: argparse.Namespace, settings: Settings, url: str) -> dict:
     with psycopg.connect(url, autocommit=True) as conn:
         prepare(conn)
         for size in sizes:
-            figures = grow(conn, itertools.islice(chunks, (size - loaded) // CHUNK))
+            step = list(itertools.islice(chunks, (size - loaded) // CHUNK))
+            bulk = None
+            if args.bulk_above and size > args.bulk_above and len(step) > 1:
+                bulk = grow_bulk(conn, step, maintenance_work_mem=args.maintenance_work_mem)
+                figures = bulk.tail
+            else:
+                figures = grow(conn, step)
             loaded = size
             last_ts = conn.execute("SELECT max(ts) FROM memory.turns").fetchone()[0]  # type: ignore[index]
             conn.execute("VACUUM ANALYZE memory.turns")  # reads are timed on settled tables
@@ -110,6 +116,8 @@ def run(args: argparse.Namespace, settings: Settings, url: str) -> dict:
                                              "unindexed_rows_per_s": round(figures.probe_rows_per_s, 1),
                                              "index_ms_per_row": round(figures.index_ms_per_row, 3)},
                      "disk": disk_usage(conn, size), "reads": reads, "load_average": list(os.getloadavg())}
+            if bulk is not None:
+                point["load"]["bulk"] = bulk.as_dict()
             print(json.dumps(point), flush=True)
             points.append(point)
         pg = postgres_settings(conn)
@@ -132,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--start-postgres", action="store_true", help="start the embedded PostgreSQL first")
     parser.add_argument("--keep", action="store_true", help="keep the database (its name is printed)")
+    parser.add_argument("--bulk-above", type=int, default=0,
+                        help="grow to sizes above this as a restore would: HNSW dropped, rows copied, index built "
+                             "once, the last 10,000 rows copied with every index (0: never)")
+    parser.add_argument("--maintenance-work-mem", default="2GB", help="for the HNSW build of a bulk step")
     args = parser.parse_args(argv)
     if any(int(s) % CHUNK for s in args.sizes.split(",")):
         parser.error(f"sizes are multiples of {CHUNK}")
