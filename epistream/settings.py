@@ -62,13 +62,20 @@ class KafkaSettings(BaseSettings):
     kafka_controller_port: int = Field(19093, description="Embedded broker's controller port.")
     kafka_version: str = Field("4.4.0", description="Embedded Kafka release (Maven Central): 4.x (default) or 3.9.x.")
     kafka_heap: str = Field("768m", description="Embedded broker's Java heap.")
+    # The Kafka clients' own default, and 6 s above the broker's floor (group.min.session.timeout.ms): a
+    # killed worker's partitions moved after 61 s under Faust's default of 60 (bench.scale.workers).
+    kafka_session_timeout_s: float = Field(
+        10.0, ge=6.0, le=300.0,
+        description="How long a silent worker keeps its partitions in its consumer group (heartbeats every third of it).",
+    )
     topic_turns: str = "memory.turns"
     topic_segments: str = "memory.segments"
     topic_questions: str = "memory.questions"
     topic_answers: str = "memory.answers"
     topic_dlq: str = "memory.dlq"
     topic_health: str = Field("epistream.health", description="Topic the Kafka health probe writes to and reads back.")
-    turns_partitions: int = Field(4, description="Partitions of memory.turns (keyed by conversation).")
+    # 6: one, two or three ingest workers share them evenly (with 4, Faust gave a third worker none).
+    turns_partitions: int = Field(6, description="Partitions of memory.turns (keyed by conversation).")
     questions_partitions: int = Field(2, description="Partitions of memory.questions and memory.answers.")
 
 
@@ -83,6 +90,10 @@ class PostgresSettings(BaseSettings):
     )
     db_pool_min: int = 1
     db_pool_max: int = 4
+    pg_shared_buffers: str = Field(
+        "128MB", pattern=r"^[1-9][0-9]*(kB|MB|GB)$",
+        description="Embedded PostgreSQL's shared_buffers (its page cache; an external server keeps its own).",
+    )
 
 
 class ModelSettings(BaseSettings):

@@ -96,7 +96,8 @@ def prepare_postgres(settings: Settings) -> PostgresLaunch:
     lib_dir = bin_dir.parent / "lib" / "postgresql"
     preload = [name for name in PRELOAD if any(lib_dir.glob(f"{name}.*"))]
     socket_dir = _socket_dir(pgdata)
-    argv = [str(bin_dir / "postgres"), "-D", str(pgdata), "-h", "", "-k", str(socket_dir)]
+    argv = [str(bin_dir / "postgres"), "-D", str(pgdata), "-h", "", "-k", str(socket_dir),
+            "-c", f"shared_buffers={settings.pg_shared_buffers}"]
     if preload:
         argv += ["-c", f"shared_preload_libraries={','.join(preload)}"]
     return PostgresLaunch(argv=argv, user=_system_user(), socket_dir=socket_dir, pgdata=pgdata)

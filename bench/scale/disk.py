@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import psycopg
+from psycopg import sql
 
 SETTINGS = ("shared_buffers", "work_mem", "maintenance_work_mem", "effective_cache_size", "max_parallel_workers",
             "max_parallel_workers_per_gather", "synchronous_commit", "max_wal_size", "random_page_cost",
@@ -10,13 +11,19 @@ SETTINGS = ("shared_buffers", "work_mem", "maintenance_work_mem", "effective_cac
 INDEXES = ("turns_pkey", "turns_embedding_idx", "turns_tsv_idx", "turns_conversation_time_idx", "turns_speaker_idx")
 
 
+def _size(conn: psycopg.Connection, function: str, relation: str) -> int:
+    """`function` (pg_total_relation_size, pg_table_size, pg_relation_size) of `relation`, summed over
+    its partitions when it has some (a partitioned table or index has no storage of its own)."""
+    query = sql.SQL("SELECT coalesce((SELECT sum({f}(relid)) FROM pg_partition_tree(%(r)s::regclass)),"
+                    " {f}(%(r)s::regclass))::bigint").format(f=sql.Identifier(function))
+    return conn.execute(query, {"r": relation}).fetchone()[0]  # type: ignore[index]
+
+
 def disk_usage(conn: psycopg.Connection, turns: int) -> dict:
     """Bytes per turn: the whole table (heap, TOAST, indexes) and each index on its own."""
-    total = conn.execute("SELECT pg_total_relation_size('memory.turns')").fetchone()[0]  # type: ignore[index]
-    heap = conn.execute("SELECT pg_table_size('memory.turns')").fetchone()[0]  # type: ignore[index]
-    by_index = {name: conn.execute("SELECT pg_relation_size(%s::regclass)",
-                                   (f"memory.{name}",)).fetchone()[0]  # type: ignore[index]
-                for name in INDEXES}
+    total = _size(conn, "pg_total_relation_size", "memory.turns")
+    heap = _size(conn, "pg_table_size", "memory.turns")
+    by_index = {name: _size(conn, "pg_relation_size", f"memory.{name}") for name in INDEXES}
     return {"total_bytes": total, "bytes_per_turn": round(total / turns, 1), "table_bytes_per_turn":
             round(heap / turns, 1), "index_bytes_per_turn": {k: round(v / turns, 1) for k, v in by_index.items()}}
 

@@ -30,18 +30,15 @@ from .recipes import LexicalRanking, TurnRecipe
 
 #: Okapi BM25's term-frequency saturation and length normalisation (the usual values).
 BM25_K1, BM25_B = 1.2, 0.75
-#: The turns in scope and each word's document frequency are counted up to this many: the counts stay
-#: index probes of bounded cost however large a tenant grows, and a word in that many turns weighs
-#: next to nothing anyway.
-COUNT_CAP = 10_000
-
 
 def lexical_turns(keyword_config: TextSearchConfig, ranking: LexicalRanking) -> sql.Composed:
     """The turns matching any of the question's words, best ``%(pool)s`` first.
 
     ``bm25``: Okapi BM25 over the stored tsvector, each word weighted by how rare it is among the
-    tenant's turns in scope (its document frequency, counted on the GIN index). A turn is short, so a
-    word is counted once per turn (tf 1: no unnesting of every matched tsvector). PostgreSQL's own
+    tenant's turns in scope: its document frequency and the turns in scope are read from
+    memory.term_counts (sql/015, kept by triggers), one index probe per word, so the weights cost the
+    same in a conversation of 100 turns or 200,000. A turn is short, so a word is counted once per
+    turn (tf 1: no unnesting of every matched tsvector). PostgreSQL's own
     ``ts_rank_cd`` (``cover_density``, the ablation) weighs every word alike, so "time" counts as much
     as "Stromboli": on the pick split the context read reads 0.777 with it at 1,000 tokens.
 
@@ -61,14 +58,14 @@ def lexical_turns(keyword_config: TextSearchConfig, ranking: LexicalRanking) -> 
     return sql.SQL("""WITH terms AS (
               SELECT DISTINCT w.lexeme, plainto_tsquery('simple', w.lexeme) AS tq
               FROM unnest(to_tsvector('english', %(query)s)) AS w
-          ), population AS MATERIALIZED (
-              SELECT count(*) AS n FROM (SELECT 1 FROM memory.turns t WHERE {scope} LIMIT {cap}) p
-          ), weights AS MATERIALIZED (  -- counted once, not once per matched turn
+          ), population AS MATERIALIZED (  -- the '' row of a conversation counts its turns
+              SELECT coalesce(sum(c.turns), 0) AS n FROM memory.term_counts c WHERE c.lexeme = '' AND {counted}
+          ), weights AS MATERIALIZED (  -- read once, not once per matched turn
               SELECT terms.lexeme, terms.tq, frequency.df,
                      ln(1 + (greatest(population.n, frequency.df) - frequency.df + 0.5) / (frequency.df + 0.5)) AS idf
               FROM terms CROSS JOIN population
-              CROSS JOIN LATERAL (SELECT count(*) AS df FROM (SELECT 1 FROM memory.turns t
-                                  WHERE {scope} AND t.tsv @@ terms.tq LIMIT {cap}) m) frequency
+              CROSS JOIN LATERAL (SELECT coalesce(sum(c.turns), 0) AS df FROM memory.term_counts c
+                                  WHERE c.lexeme = terms.lexeme AND {counted}) frequency
               WHERE numnode(terms.tq) > 0
           ), searched AS MATERIALIZED (  -- the rarest words while the turns they match fit the cap
               SELECT r.tq FROM (SELECT w.tq, sum(w.df) OVER (ORDER BY w.df, w.lexeme) AS running,
@@ -90,7 +87,7 @@ def lexical_turns(keyword_config: TextSearchConfig, ranking: LexicalRanking) -> 
           GROUP BY m.tenant, m.conversation_id, m.turn_id, m.ts, m.len, norms.avgdl
           ORDER BY sum(w.idf) * ({k1} + 1) / (1 + {k1} * (1 - {b} + {b} * m.len / norms.avgdl)) DESC, m.ts
           LIMIT %(pool)s""").format(
-        scope=in_scope("t"), in_window=TURN_IN_WINDOW, cap=sql.Literal(COUNT_CAP), k1=sql.Literal(BM25_K1),
+        scope=in_scope("t"), counted=in_scope("c"), in_window=TURN_IN_WINDOW, k1=sql.Literal(BM25_K1),
         b=sql.Literal(BM25_B))
 
 
@@ -124,6 +121,16 @@ LIMIT %(top_k)s
                       sql.SQL("%(use_dense)s AND {scope} AND {in_window}").format(
                           scope=in_scope("t"), in_window=TURN_IN_WINDOW, segment=segment_of("t")), limit="pool"),
         lexical=lexical_turns(keyword_config, ranking), segment=segment_of("t"))
+
+
+#: pgvector's default hnsw.ef_search and its largest value.
+EF_SEARCH_DEFAULT, EF_SEARCH_MAX = 40, 1_000
+SEARCH_WIDTH = "SELECT set_config('hnsw.ef_search', %s, true)"  # for this transaction
+
+
+def search_width(pool: int) -> int:
+    """hnsw.ef_search for a dense pathway taking ``pool`` turns: at least the pool, within pgvector's bounds."""
+    return min(EF_SEARCH_MAX, max(EF_SEARCH_DEFAULT, pool))
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,9 @@ async def search_turns(
         "speaker_bonus": recipe.speaker_bonus,
     }
     async with conn.cursor(row_factory=class_row(RetrievedTurn)) as cur:
+        # The HNSW scan keeps ef_search candidates; fewer than the pool asked for, and the rest come from
+        # iterative scanning's looser later rounds (bench.scale.reread: recall 0.92 -> see README).
+        await cur.execute(SEARCH_WIDTH, (str(search_width(recipe.pool)),))
         await cur.execute(fused_turn_search(recipe.keyword_config, recipe.lexical_ranking), params)
         return await cur.fetchall()
 

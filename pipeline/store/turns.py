@@ -15,7 +15,8 @@ from epistream.embeddings import TURN_EMBEDDING_VERSION
 from ..records import RawRecord
 
 # Keyed by (tenant, conversation, turn): a replay or a duplicate produce is a
-# no-op; a corrected turn replaces the old version.
+# no-op; a corrected turn replaces the old version (its revision counts the versions: a partitioned
+# table cannot return xmax, which told an insert from an update before sql/014).
 UPSERT_TURN = """
 INSERT INTO memory.turns AS t (
     tenant, conversation_id, turn_id, speaker, text, ts, tz_offset_s, session_id, metadata,
@@ -26,11 +27,11 @@ ON CONFLICT (tenant, conversation_id, turn_id) DO UPDATE SET
     session_id = EXCLUDED.session_id, metadata = EXCLUDED.metadata,
     embedding = EXCLUDED.embedding, embedded_as = EXCLUDED.embedded_as, kafka_partition = EXCLUDED.kafka_partition,
     kafka_offset = EXCLUDED.kafka_offset, produced_at = EXCLUDED.produced_at,
-    stored_at = now()
+    stored_at = now(), revision = t.revision + 1
 WHERE (t.speaker, t.text, t.ts, t.tz_offset_s, t.session_id, t.metadata)
       IS DISTINCT FROM (EXCLUDED.speaker, EXCLUDED.text, EXCLUDED.ts, EXCLUDED.tz_offset_s, EXCLUDED.session_id,
                         EXCLUDED.metadata)
-RETURNING (xmax = 0) AS inserted
+RETURNING t.revision = 1 AS inserted
 """
 
 

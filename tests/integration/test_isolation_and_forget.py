@@ -24,7 +24,8 @@ from .seed import seed_memory
 
 pytestmark = pytest.mark.integration
 
-TABLES = ["turns", "segments", "segmenter_state", "gists", "entities", "gist_mentions", "facts", "tombstones"]
+TABLES = ["turns", "segments", "segmenter_state", "gists", "entities", "gist_mentions", "facts", "term_counts",
+          "tombstones"]
 VIEWS = ["gist_timeline", "fact_history", "segment_summaries", "conversation_stats", "current_facts"]
 GRAPH_COUNT = _statement("MATCH (n) OPTIONAL MATCH (n)-[r]->() RETURN count(DISTINCT n), count(r)",
                          "n agtype, r agtype")

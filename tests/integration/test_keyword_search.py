@@ -107,3 +107,56 @@ async def test_a_common_word_alone_finds_no_more_turns_than_the_match_cap(postgr
         hits = await search_turns(conn, tenant=tenant, query="walk", vector=embedder.embed_one("walk"),
                                   conversation_ids=[conversation], recipe=recipe)
     assert len(hits) == 3
+
+
+async def _term_counts(pool, tenant: str, conversation: str) -> dict[str, int]:
+    async with pool.connection() as conn, tenant_scope(conn, tenant):
+        cur = await conn.execute("SELECT lexeme, turns FROM memory.term_counts WHERE conversation_id = %s",
+                                 (conversation,))
+        return dict(await cur.fetchall())
+
+
+async def _exact_counts(pool, tenant: str, conversation: str) -> dict[str, int]:
+    """The same counts from the turns themselves ('' = the conversation's turns)."""
+    async with pool.connection() as conn, tenant_scope(conn, tenant):
+        cur = await conn.execute(
+            "SELECT w.lexeme, count(*)::int FROM memory.turns t CROSS JOIN LATERAL"
+            " (SELECT u.lexeme FROM unnest(t.tsv) u UNION ALL SELECT '') w"
+            " WHERE t.conversation_id = %s GROUP BY w.lexeme", (conversation,))
+        return dict(await cur.fetchall())
+
+
+async def test_word_counts_follow_every_write_a_replay_a_correction_and_a_forget(postgres, pool, unique):
+    """BM25's document frequencies (memory.term_counts) equal a recount of the turns after an ingest, a
+    replay of the same records, a corrected turn and a forget, which leaves none of the words behind."""
+    from pipeline.store.forget import forget
+
+    embedder = Embedder.from_settings(postgres)
+    tenant, conversation, other = unique("tenant"), unique("conv"), unique("other")
+    said = [("Ana", "The volcano walk was really nice."), ("Ben", "A really long walk to the volcano."),
+            ("Ana", "We had ramen after the walk.")]
+
+    async def ingest(turns, first_offset: int = 0) -> None:
+        records = [RawRecord("memory.turns", 0, first_offset + i, None, t.to_bytes(), int(time.time() * 1000))
+                   for i, t in enumerate(turns)]
+        await ingest_batch(records, pool=pool, embedder=embedder, metrics=Metrics.create())
+
+    turns = make_turns(tenant, conversation, said)
+    await ingest(turns)
+    await ingest(make_turns(tenant, other, said[:1]))
+    counts = await _term_counts(pool, tenant, conversation)
+    assert counts[""] == 3 and counts["walk"] == 3 and counts["volcano"] == 2 and counts["ramen"] == 1
+    assert counts == await _exact_counts(pool, tenant, conversation)
+
+    await ingest(turns)  # a replay: nothing changes
+    assert await _term_counts(pool, tenant, conversation) == counts
+    corrected = turns[2].model_copy(update={"text": "We had dumplings after the swim."})
+    await ingest([corrected], first_offset=10)
+    counts = await _term_counts(pool, tenant, conversation)
+    assert "ramen" not in counts and counts["dumpl"] == 1 and counts["walk"] == 2 and counts[""] == 3
+    assert counts == await _exact_counts(pool, tenant, conversation)
+
+    async with pool.connection() as conn:
+        await forget(conn, tenant, conversation)
+    assert await _term_counts(pool, tenant, conversation) == {}
+    assert (await _term_counts(pool, tenant, other))["volcano"] == 1  # the other conversation's words stay

@@ -174,3 +174,11 @@ def test_the_query_side_reads_turns_and_keyword_queries_only_through_the_retriev
         and any(marker in path.read_text() for marker in ("memory.turns", "to_tsquery", "= ANY(%(conversations)s"))
     ]
     assert outside == []
+
+
+def test_the_hnsw_search_is_at_least_as_wide_as_the_pool_it_fills():
+    from consumers.retrieval.turns import EF_SEARCH_DEFAULT, EF_SEARCH_MAX, search_width
+
+    assert search_width(8) == EF_SEARCH_DEFAULT
+    assert search_width(100) == 100
+    assert search_width(5_000) == EF_SEARCH_MAX
