@@ -31,7 +31,8 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {} (
     tenant text NOT NULL, conversation_id text NOT NULL, turn_id text NOT NULL, speaker text NOT NULL,
     text text NOT NULL, ts timestamptz NOT NULL, tz_offset_s integer NOT NULL, session_id text,
     embedding vector(384) NOT NULL, embedded_as smallint NOT NULL,
-    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', coalesce(speaker, '') || ' ' || text)) STORED)
+    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', coalesce(speaker, '') || ' ' || text)) STORED,
+    speaker_key text GENERATED ALWAYS AS (lower(speaker)) STORED)
 """).format(PROBE_TABLE)
 
 

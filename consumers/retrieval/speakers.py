@@ -28,7 +28,7 @@ NAMED_SPEAKERS = sql.SQL("""
 SELECT n.name
 FROM unnest(%(names)s::text[]) AS n(name)
 WHERE EXISTS (SELECT 1 FROM memory.turns t
-              WHERE t.tenant = %(tenant)s AND lower(t.speaker) = n.name AND {conversations})
+              WHERE t.tenant = %(tenant)s AND t.speaker_key = n.name AND {conversations})  -- lower(speaker), sql/016
 """).format(conversations=in_conversations("t"))
 
 
