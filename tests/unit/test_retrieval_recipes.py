@@ -176,9 +176,9 @@ def test_the_query_side_reads_turns_and_keyword_queries_only_through_the_retriev
     assert outside == []
 
 
-def test_the_hnsw_search_is_at_least_as_wide_as_the_pool_it_fills():
+def test_the_hnsw_search_is_twice_as_wide_as_the_pool_it_fills_within_pgvectors_bounds():
     from consumers.retrieval.turns import EF_SEARCH_DEFAULT, EF_SEARCH_MAX, search_width
 
     assert search_width(8) == EF_SEARCH_DEFAULT
-    assert search_width(100) == 100
+    assert search_width(100) == 200
     assert search_width(5_000) == EF_SEARCH_MAX
