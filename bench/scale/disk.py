@@ -24,8 +24,11 @@ def disk_usage(conn: psycopg.Connection, turns: int) -> dict:
     total = _size(conn, "pg_total_relation_size", "memory.turns")
     heap = _size(conn, "pg_table_size", "memory.turns")
     by_index = {name: _size(conn, "pg_relation_size", f"memory.{name}") for name in INDEXES}
+    # BM25's word counts (sql/015) grow with the turns too, kept in a table of their own.
+    counts = _size(conn, "pg_total_relation_size", "memory.term_counts")
     return {"total_bytes": total, "bytes_per_turn": round(total / turns, 1), "table_bytes_per_turn":
-            round(heap / turns, 1), "index_bytes_per_turn": {k: round(v / turns, 1) for k, v in by_index.items()}}
+            round(heap / turns, 1), "index_bytes_per_turn": {k: round(v / turns, 1) for k, v in by_index.items()},
+            "term_counts_bytes_per_turn": round(counts / turns, 1)}
 
 
 def postgres_settings(conn: psycopg.Connection) -> dict[str, str]:
