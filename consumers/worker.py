@@ -261,7 +261,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         # Answering can take a while on a CPU model: do not get kicked from the group.
         max_poll_interval_ms=600_000,
         session_timeout_ms=int(settings.kafka_session_timeout_s * 1000),
-        heartbeat_interval_ms=int(settings.kafka_session_timeout_s * 1000 / 3),
+        heartbeat_interval_ms=int(settings.kafka_heartbeat_interval_s * 1000),
     )
     await consumer.start()
     metrics.serve(settings.answer_metrics_port, host=settings.metrics_host)

@@ -69,6 +69,12 @@ class KafkaSettings(BaseSettings):
         description="How long a silent worker keeps its partitions in its consumer group (heartbeats every third of it).",
     )
     topic_turns: str = "memory.turns"
+
+    @property
+    def kafka_heartbeat_interval_s(self) -> float:
+        """A third of the session timeout: two heartbeats may be lost before a worker is taken for dead."""
+        return self.kafka_session_timeout_s / 3
+
     topic_segments: str = "memory.segments"
     topic_questions: str = "memory.questions"
     topic_answers: str = "memory.answers"

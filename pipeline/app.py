@@ -70,7 +70,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         topic_allow_declare=False,  # topics are created up front with their partition counts
         topic_disable_leader=True,  # no leader-only timers: housekeeping is idempotent on every worker
         broker_session_timeout=settings.kafka_session_timeout_s,
-        broker_heartbeat_interval=settings.kafka_session_timeout_s / 3,
+        broker_heartbeat_interval=settings.kafka_heartbeat_interval_s,
     )
     resources = IndexerResources(settings, metrics, loop=app.loop)
     app.add_dependency(resources)

@@ -71,7 +71,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         topic_allow_declare=False,
         topic_disable_leader=True,
         broker_session_timeout=settings.kafka_session_timeout_s,
-        broker_heartbeat_interval=settings.kafka_session_timeout_s / 3,
+        broker_heartbeat_interval=settings.kafka_heartbeat_interval_s,
         # An event is held for a whole model call chain: past it the group would give the partition
         # to another worker, which would enrich the same segment again.
         broker_max_poll_interval=worst_case_call_s(settings) + 120.0,

@@ -182,8 +182,8 @@ async def search_turns(
         "speaker_bonus": recipe.speaker_bonus,
     }
     async with conn.cursor(row_factory=class_row(RetrievedTurn)) as cur:
-        # The HNSW scan keeps ef_search candidates; fewer than the pool asked for, and the rest come from
-        # iterative scanning's looser later rounds (bench.scale.reread: recall 0.92 -> see README).
+        # The HNSW scan keeps ef_search candidates; with fewer than the pool, the rest came from iterative
+        # scanning's looser later rounds (see search_width).
         await cur.execute(SEARCH_WIDTH, (str(search_width(recipe.pool)),))
         await cur.execute(fused_turn_search(recipe.keyword_config, recipe.lexical_ranking), params)
         return await cur.fetchall()
