@@ -32,7 +32,7 @@ from consumers.modes.deep import read_windows, window_for
 from consumers.retrieval import DENSE_TURNS, Recipes, search_turns
 from consumers.router import route
 from epistream.contracts import Mode, Question, SegmentCloseRequest, Turn
-from epistream.db import apply_migrations, create_pool, database_url, tenant_scope
+from epistream.db import admin_database_url, apply_migrations, create_pool, on_database, tenant_scope
 from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
 from epistream.settings import Settings
@@ -71,18 +71,18 @@ class Memory:
     @classmethod
     async def create(cls, settings: Settings, tenant: str) -> Memory:
         name = f"budget_{uuid.uuid4().hex[:8]}"
-        base = database_url(settings)
+        base = admin_database_url(settings)
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         url = make_conninfo(base, dbname=name)
         apply_migrations(url)
-        pool = create_pool(settings, url=url)
+        pool = create_pool(on_database(settings, url))
         await pool.open(wait=True)
         return cls(settings, name, pool, tenant)
 
     async def drop(self) -> None:
         await self.pool.close()
-        with psycopg.connect(database_url(self.settings), autocommit=True) as conn:
+        with psycopg.connect(admin_database_url(self.settings), autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.name)))
 
     async def store(self, turns: list[Turn], embedder: CachedEmbedder) -> int:

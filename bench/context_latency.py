@@ -21,11 +21,10 @@ from pathlib import Path
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
-from pydantic import SecretStr
 
 from consumers.context import build_context
 from consumers.retrieval import Recipes, from_settings
-from epistream.db import create_pool
+from epistream.db import create_pool, on_database
 from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
 from epistream.settings import Settings
@@ -126,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = Settings()
     with scratch_database(settings, "context_bench", start_postgres=args.start_postgres) as url:
-        own = settings.with_overrides(database_url=SecretStr(url))
+        own = on_database(settings, url)
         samples = load_locomo(args.data, tenant=TENANT)
         embedder = Embedder.from_settings(own)
         started = time.perf_counter()

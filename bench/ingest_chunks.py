@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from epistream.contracts import Turn
-from epistream.db import create_pool
+from epistream.db import create_pool, on_database
 from epistream.embeddings import Embedder, turn_embedding_text
 from epistream.metrics import Metrics
 from epistream.settings import Settings, load_settings
@@ -77,7 +77,7 @@ def _sum_of(metrics: Metrics, name: str) -> float:
 
 async def _ingest_pass(url: str, settings: Settings, embedder: Embedder, batches: list[list[RawRecord]],
                        chunk: int) -> dict[str, float]:
-    pool = create_pool(settings, url=url)
+    pool = create_pool(on_database(settings, url))
     await pool.open(wait=True)
     metrics, segmenter = Metrics.create(), config_from(settings)
     try:

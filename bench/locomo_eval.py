@@ -528,7 +528,7 @@ def _stale_answer_worker(settings: Settings) -> dict[str, Any]:
 
 
 async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant: str) -> dict[str, Any]:
-    from epistream.db import database_url
+    from epistream.db import admin_database_url
     from epistream.resources import Resources
 
     samples = load_locomo(args.path, tenant=tenant, conversation_prefix=f"{tenant}-")
@@ -538,7 +538,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
         raise SystemExit(f"{args.path}: no conversations to evaluate")
     every, asked = plan(samples, args)
     with_evidence = recall_questions(every)
-    url = database_url(settings)
+    url = admin_database_url(settings)
     timings: dict[str, float] = {}
     notes: list[str] = []
     result: dict[str, Any] = {

@@ -17,7 +17,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from epistream.db import database_url
+from epistream.db import admin_database_url
 from epistream.settings import Settings
 from infra import services
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     _interrupt_on_sigterm()
     settings = start_stack(args)
-    url = database_url(settings)
+    url = admin_database_url(settings)
     run_id = f"{datetime.now(UTC):%Y%m%dt%H%M%S}-{uuid.uuid4().hex[:6]}"
     if args.only in (None, "ingest"):
         run_ingest(settings, url, run_id, args)

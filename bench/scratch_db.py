@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from epistream.db import apply_migrations, database_url
+from epistream.db import admin_database_url, apply_migrations
 from epistream.settings import Settings
 
 
@@ -23,7 +23,7 @@ def scratch_database(settings: Settings, prefix: str, *, start_postgres: bool = 
         from infra import services
         services.up(settings, workers=False, only={"postgres"})
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    base = database_url(settings)
+    base = admin_database_url(settings)
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     print(f"database {name}", flush=True)

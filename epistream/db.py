@@ -14,7 +14,9 @@ from pathlib import Path
 import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
+from pydantic import SecretStr
 
 from .errors import ServiceError
 from .settings import Settings
@@ -30,39 +32,95 @@ DATABASE_NAME = "epistream"
 _MIGRATION_LOCK = 0x6570_6973  # "epis": serialises concurrent migrators
 
 
+#: The group role every tenant policy binds (sql/007); the worker login inherits exactly its rights.
+APP_ROLE = "epistream_app"
+#: The workers' login (sql/017): no superuser, no BYPASSRLS, nothing more than APP_ROLE.
+WORKER_ROLE = "epistream_worker"
+#: People's login for `epistream sql --tenant` (sql/017): SELECT only, under the same policies.
+READER_ROLE = "epistream_reader"
+_PRIVILEGED_LOGIN = "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
+
+
 def embedded_uri_file(settings: Settings) -> Path:
     return settings.state_dir / "run" / "postgres.uri"
 
 
-def database_url(settings: Settings) -> str:
-    """The external database if configured, else the embedded server's URI."""
-    if settings.database_url is not None:
-        return settings.database_url.get_secret_value()
+def _embedded_uri(settings: Settings) -> str:
     uri_file = embedded_uri_file(settings)
     if not uri_file.exists():
         raise ServiceError(f"embedded PostgreSQL is not running ({uri_file} missing): run `epistream up`")
     return uri_file.read_text().strip()
 
 
-def _configure_with(role: str | None):  # type: ignore[no-untyped-def]
-    async def configure(conn: psycopg.AsyncConnection) -> None:
-        # AGE needs its library loaded in every session that runs Cypher (before
-        # the role switch: loading it may need the login role's rights); pgvector
-        # types are registered so embeddings travel as vectors, not strings.
-        await conn.execute("LOAD 'age'")
-        await conn.execute("SET search_path = memory, ag_catalog, public")
-        await conn.execute("SET hnsw.iterative_scan = relaxed_order")
-        # psycopg prepares a statement it runs often, and PostgreSQL may then keep one generic plan for
-        # every parameter: our optional filters (`$x IS NULL OR ...`) need the plan of their values.
-        # At 4,400 turns in one conversation a generic plan made the context read 5-10x slower.
-        await conn.execute("SET plan_cache_mode = force_custom_plan")
-        if role:
-            # Row-level security binds this role: every query sees one tenant.
-            await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
-        await register_vector_async(conn)
-        await conn.commit()
+def login_as(url: str, role: str, password: str | None = None) -> str:
+    """`url`'s server and database, logged in as `role` (the embedded server trusts its socket)."""
+    return make_conninfo(url, user=role, password=password) if password else make_conninfo(url, user=role)
 
-    return configure
+
+def database_url(settings: Settings) -> str:
+    """The workers' login: the configured one, else the embedded server as epistream_worker."""
+    if settings.database_url is not None:
+        return settings.database_url.get_secret_value()
+    return login_as(_embedded_uri(settings), WORKER_ROLE)
+
+
+def admin_database_url(settings: Settings) -> str:
+    """The login that migrates and administers: the configured one, else the embedded superuser."""
+    if settings.database_admin_url is not None:
+        return settings.database_admin_url.get_secret_value()
+    if settings.database_url is not None:
+        raise ServiceError("EPISTREAM_DATABASE_ADMIN_URL is not set: the workers' login "
+                           "(EPISTREAM_DATABASE_URL) may not migrate or administer")
+    return _embedded_uri(settings)
+
+
+def on_database(settings: Settings, admin_url: str) -> Settings:
+    """`settings` turned to another database (a test's or a benchmark's own): `admin_url` migrates and
+    inspects it, and the workers log in to it as epistream_worker."""
+    password = settings.db_worker_password.get_secret_value() if settings.db_worker_password else None
+    return settings.with_overrides(database_admin_url=SecretStr(admin_url),
+                                   database_url=SecretStr(login_as(admin_url, WORKER_ROLE, password)))
+
+
+def tenant_option(tenant: str) -> str:
+    """libpq `options` naming the session's tenant. PostgreSQL splits options at whitespace and reads a
+    backslash as an escape, so both are escaped: a tenant's name stays one value, whatever it holds."""
+    escaped = "".join("\\" + ch if ch == "\\" or ch.isspace() else ch for ch in tenant)
+    return f"-c epistream.tenant={escaped}"
+
+
+def reader_url(settings: Settings, tenant: str) -> str:
+    """A read-only login (epistream_reader) on the workers' database, its session scoped to `tenant`.
+    The scope keeps a session to one tenant's rows; it is not a wall against the person typing, who
+    could name another tenant: people with SQL access are the operators (see the README's trust model)."""
+    password = settings.db_reader_password.get_secret_value() if settings.db_reader_password else None
+    return make_conninfo(login_as(database_url(settings), READER_ROLE, password), options=tenant_option(tenant))
+
+
+async def _refuse_privileged(conn: psycopg.AsyncConnection) -> None:
+    cur = await conn.execute(_PRIVILEGED_LOGIN)
+    row = await cur.fetchone()
+    if row is None or row[0]:
+        raise ServiceError(
+            f"the workers' database login {conn.info.user!r} is a superuser or bypasses row-level security: "
+            f"log in as {WORKER_ROLE} (made by the migrations), and keep the admin login for "
+            "EPISTREAM_DATABASE_ADMIN_URL"
+        )
+
+
+async def _configure(conn: psycopg.AsyncConnection) -> None:
+    # Every pooled connection is a worker's: refused if it could see past row-level security.
+    # AGE is loaded by the login role itself (session_preload_libraries, sql/017); pgvector types are
+    # registered so embeddings travel as vectors, not strings.
+    await _refuse_privileged(conn)
+    await conn.execute("SET search_path = memory, ag_catalog, public")
+    await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    # psycopg prepares a statement it runs often, and PostgreSQL may then keep one generic plan for
+    # every parameter: our optional filters (`$x IS NULL OR ...`) need the plan of their values.
+    # At 4,400 turns in one conversation a generic plan made the context read 5-10x slower.
+    await conn.execute("SET plan_cache_mode = force_custom_plan")
+    await register_vector_async(conn)
+    await conn.commit()
 
 
 @asynccontextmanager
@@ -74,12 +132,13 @@ async def tenant_scope(conn: psycopg.AsyncConnection, tenant: str) -> AsyncItera
 
 
 def create_pool(settings: Settings, *, url: str | None = None) -> AsyncConnectionPool:
-    """A closed pool; open it with ``await pool.open(wait=True)`` inside the event loop."""
+    """A closed pool of worker logins (`url`, else `database_url`); open it with `open_pool`, or with
+    ``await pool.open(wait=True)`` inside the event loop."""
     return AsyncConnectionPool(
         url or database_url(settings),
         min_size=settings.db_pool_min,
         max_size=settings.db_pool_max,
-        configure=_configure_with(settings.db_role or None),
+        configure=_configure,
         # Each connection is checked as it leaves the pool: after a PostgreSQL restart a dead one is
         # replaced there instead of failing the caller's first query.
         check=AsyncConnectionPool.check_connection,
@@ -87,6 +146,30 @@ def create_pool(settings: Settings, *, url: str | None = None) -> AsyncConnectio
         open=False,
         name="epistream",
     )
+
+
+async def open_pool(settings: Settings, *, url: str | None = None) -> AsyncConnectionPool:
+    """An open pool of worker logins. A privileged login is refused here, with the reason, before the
+    pool would retry it until its timeout."""
+    url = url or database_url(settings)
+    async with await psycopg.AsyncConnection.connect(url, connect_timeout=10) as conn:
+        await _refuse_privileged(conn)
+    pool = create_pool(settings, url=url)
+    await pool.open(wait=True)
+    return pool
+
+
+def set_login_passwords(admin_url: str, settings: Settings) -> list[str]:
+    """Give the worker and reader logins the configured passwords; return the roles changed.
+    ALTER ROLE takes no bound parameter: the password goes in as a quoted literal."""
+    changed = []
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        for role, secret in ((WORKER_ROLE, settings.db_worker_password), (READER_ROLE, settings.db_reader_password)):
+            if secret is not None and secret.get_secret_value():  # unset or empty: left as it is
+                conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                    sql.Identifier(role), sql.Literal(secret.get_secret_value())))
+                changed.append(role)
+    return changed
 
 
 def migration_files(sql_dir: Traversable = SQL_DIR) -> list[tuple[int, Traversable]]:

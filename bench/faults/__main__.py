@@ -15,7 +15,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from epistream.db import database_url
+from epistream.db import admin_database_url
 from epistream.settings import Settings
 from infra import services, supervisor
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"starting the stack under {settings.state_dir} (idempotent)")
     for row in services.up(settings):
         print(f"  up   {row.name:<15} {row.detail}")
-    url = database_url(settings)
+    url = admin_database_url(settings)
     run_id = f"{datetime.now(UTC):%m%dt%H%M%S}-{uuid.uuid4().hex[:4]}"
     size = workload.QUICK if (args.workload or ("quick" if args.quick else "full")) == "quick" else workload.FULL
     durations = QUICK_DURATIONS if args.quick else FULL_DURATIONS

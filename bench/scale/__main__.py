@@ -16,10 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import psycopg
-from pydantic import SecretStr
 
 from consumers.retrieval import from_settings
-from epistream.db import create_pool
+from epistream.db import create_pool, database_url, on_database
 from epistream.embeddings import Embedder
 from epistream.settings import Settings
 
@@ -88,7 +87,7 @@ def run(args: argparse.Namespace, settings: Settings, url: str) -> dict:
         missing = sum(not store.have(i) for i in range(-(-sizes[-1] // CHUNK)))
         raise SystemExit(f"{missing} vector chunks of the first {sizes[-1]} turns are missing: "
                          "run `nice python -m bench.scale.vectors --size 1m` first")
-    own = settings.with_overrides(database_url=SecretStr(url))
+    own = on_database(settings, url)
     embedder = Embedder.from_settings(own)
     chosen = cases(spec, args.questions)
     chunks = store.chunked()
@@ -107,7 +106,7 @@ def run(args: argparse.Namespace, settings: Settings, url: str) -> dict:
             loaded = size
             last_ts = conn.execute("SELECT max(ts) FROM memory.turns").fetchone()[0]  # type: ignore[index]
             conn.execute("VACUUM ANALYZE memory.turns")  # reads are timed on settled tables
-            reads = asyncio.run(read_all(own, url, embedder, chosen, asked_at=last_ts, budget=args.budget,
+            reads = asyncio.run(read_all(own, database_url(own), embedder, chosen, asked_at=last_ts, budget=args.budget,
                                          recall_questions=args.recall_questions))
             for case in chosen:
                 reads[case.name]["case_turns"] = tenant_turns(conn, case)

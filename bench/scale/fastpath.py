@@ -29,7 +29,7 @@ from bench.cleanup import forget_tenants, seal_tenant
 from bench.ingest import row_timings, wait_for_rows
 from bench.produce import Record, send_burst, send_steady
 from bench.stack import managed_pid, process_cpu_seconds
-from epistream.db import database_url
+from epistream.db import admin_database_url
 from epistream.embeddings import Embedder, turn_embedding_text
 from epistream.settings import Settings
 
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.start:
         from infra import services
         services.up(settings)
-    url = database_url(settings)
+    url = admin_database_url(settings)
     model_pid = managed_pid(settings, "model-server")
     if model_pid is None:
         raise SystemExit("the model server is not running (start the stack, or pass --start)")

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import psycopg
 from psycopg.conninfo import make_conninfo
-from pydantic import SecretStr
 
-from epistream.db import apply_migrations, database_url
+from epistream.db import admin_database_url, apply_migrations, database_url, on_database
 from epistream.embeddings import Embedder
 from epistream.settings import Settings
 
@@ -70,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     settings = Settings()
-    url = make_conninfo(database_url(settings), dbname=args.database)
+    url = make_conninfo(admin_database_url(settings), dbname=args.database)
     migrated: dict = {}
     if args.migrate:
         started = time.perf_counter()
@@ -80,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         turns = conn.execute("SELECT count(*) FROM memory.turns").fetchone()[0]  # type: ignore[index]
         last_ts = conn.execute("SELECT max(ts) FROM memory.turns").fetchone()[0]  # type: ignore[index]
         conn.execute("VACUUM ANALYZE memory.turns")
-        own = settings.with_overrides(database_url=SecretStr(url))
-        reads = asyncio.run(read_all(own, url, Embedder.from_settings(own), chosen, asked_at=last_ts,
+        own = on_database(settings, url)
+        reads = asyncio.run(read_all(own, database_url(own), Embedder.from_settings(own), chosen, asked_at=last_ts,
                                      budget=args.budget, recall_questions=args.recall_questions))
         for case in chosen:
             reads[case.name]["case_turns"] = tenant_turns(conn, case)

@@ -39,7 +39,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from epistream.contracts import Mode, Question, Turn
-from epistream.db import database_url
+from epistream.db import admin_database_url
 from epistream.health import worker_group
 from epistream.kafka_io import create_producer, partitions_of, worker_client_id
 from epistream.metrics import read_samples, sample_sum
@@ -316,7 +316,7 @@ def answer_phase(settings: Settings, members: list[Member], tenant: str, texts: 
 
 
 def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
-    url = database_url(settings)
+    url = admin_database_url(settings)
     run_id = f"bench-workers-{uuid.uuid4().hex[:6]}"
     topic = settings.topic_turns
     partitions = asyncio.run(partitions_of(settings, topic))

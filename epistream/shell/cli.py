@@ -171,12 +171,39 @@ def cmd_context(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     from infra.postgres_server import psql_binary
 
-    from ..db import database_url
+    from psycopg.conninfo import make_conninfo
 
-    url = database_url(_settings())
+    from ..db import admin_database_url, reader_url
+
+    settings = _settings()
+    if args.admin == (args.tenant is not None):
+        print("give --tenant T (read-only, T's rows only) or --admin (the database owner, every row)",
+              file=sys.stderr)
+        return 2
+    if args.admin:
+        # The workers' and readers' logins load AGE themselves (sql/017); the owner's session is told to.
+        url, preset = make_conninfo(admin_database_url(settings), options="-c session_preload_libraries=age"), []
+    else:
+        url, preset = reader_url(settings, args.tenant), ["-v", f"tenant={args.tenant}"]  # for the examples' :'tenant'
     psql = psql_binary()
-    os.execv(psql, [psql, url, *args.psql_args])
+    os.execv(psql, [psql, url, *preset, *args.psql_args])
     return 0  # not reached
+
+
+def sql_arguments(argv: list[str]) -> argparse.Namespace:
+    """`sql`'s own options come first (--tenant T, --tenant=T, --admin); everything after them belongs
+    to psql (-v, -c, -f ...), untouched."""
+    tenant, admin, rest = None, False, list(argv)
+    while rest:
+        if rest[0] == "--admin":
+            admin, rest = True, rest[1:]
+        elif rest[0] == "--tenant" and len(rest) > 1:
+            tenant, rest = rest[1], rest[2:]
+        elif rest[0].startswith("--tenant="):
+            tenant, rest = rest[0].removeprefix("--tenant="), rest[1:]
+        else:
+            break
+    return argparse.Namespace(command="sql", func=cmd_sql, tenant=tenant, admin=admin, psql_args=rest, verbose=False)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -199,15 +226,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_forget(args: argparse.Namespace) -> int:
     from pipeline.store.forget import forget
 
-    from ..db import create_pool
+    from ..db import open_pool
 
     if args.conversation is None and not args.whole_tenant:
         print("give --conversation ID, or --whole-tenant to forget everything of the tenant", file=sys.stderr)
         return 2
 
     async def run():  # type: ignore[no-untyped-def]
-        pool = create_pool(_settings())
-        await pool.open(wait=True)
+        pool = await open_pool(_settings())
         try:
             async with pool.connection() as conn:
                 return await forget(conn, args.tenant, args.conversation)
@@ -233,10 +259,14 @@ def cmd_prometheus(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from ..db import apply_migrations, database_url
+    from ..db import admin_database_url, apply_migrations, set_login_passwords
 
-    applied = apply_migrations(database_url(_settings()))
+    settings = _settings()
+    url = admin_database_url(settings)
+    applied = apply_migrations(url)
     print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
+    for role in set_login_passwords(url, settings):
+        print(f"set the password of {role}")
     return 0
 
 
@@ -295,7 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true", help="skip the health check of Kafka and the answer worker")
     p.set_defaults(func=cmd_context)
 
-    p = sub.add_parser("sql", help="psql on the memory database (arguments after `sql` go to psql)")
+    p = sub.add_parser("sql", help="psql on the memory database: --tenant T reads T's rows only (epistream_reader), "
+                                   "--admin is the database owner; the arguments after them go to psql")
+    p.add_argument("--tenant", help="read-only, as epistream_reader, this tenant's rows only")
+    p.add_argument("--admin", action="store_true", help="as the database owner (the superuser when embedded)")
     p.add_argument("psql_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_sql)
 
@@ -328,8 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["sql"]:
-        # Everything after `sql` belongs to psql (-v, -c, -f ...), untouched.
-        args = argparse.Namespace(command="sql", func=cmd_sql, psql_args=argv[1:], verbose=False)
+        args = sql_arguments(argv[1:])
     else:
         args = build_parser().parse_args(argv)
     logging.basicConfig(

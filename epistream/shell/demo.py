@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..client import ask, produce_raw
 from ..contracts import Mode, Question, Turn
-from ..db import database_url
+from ..db import admin_database_url
 from ..readiness import wait_for_turns
 from ..settings import Settings
 from .output import fail_loudly, print_answer, print_rows, unhealthy
@@ -30,7 +30,7 @@ def sample_turns() -> list[Turn]:
 def wait_until_stored(settings: Settings, turns: list[Turn], timeout_s: float = 120.0) -> float:
     """Block until every turn is in PostgreSQL; return the seconds it took."""
     started = time.monotonic()
-    wait_for_turns(database_url(settings), turns[0].tenant, len(turns), conversation_id=turns[0].conversation_id,
+    wait_for_turns(admin_database_url(settings), turns[0].tenant, len(turns), conversation_id=turns[0].conversation_id,
                    turn_ids=[t.turn_id for t in turns], timeout_s=timeout_s)
     return time.monotonic() - started
 

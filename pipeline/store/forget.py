@@ -15,9 +15,10 @@ from epistream.db import tenant_scope
 from . import entity_names, graph
 from .tombstones import WHOLE_TENANT, exclude_writers
 
+# A forget done again keeps the first tombstone (and its time): the application role may only add them.
 ADD_TOMBSTONE = """
 INSERT INTO memory.tombstones (tenant, conversation_id) VALUES (%s, %s)
-ON CONFLICT (tenant, conversation_id) DO UPDATE SET deleted_at = now()
+ON CONFLICT (tenant, conversation_id) DO NOTHING
 """
 SEGMENTS_IN_SCOPE = """
 SELECT segment_id FROM memory.segments WHERE tenant = %(tenant)s

@@ -1,5 +1,5 @@
 -- What happened in a conversation, in the order it happened.
--- epistream sql -v tenant=demo -v conversation=demo-alice-bob -f sql/examples/01_gist_timeline.sql
+-- epistream sql --tenant demo -v conversation=demo-alice-bob -f sql/examples/01_gist_timeline.sql
 SELECT event_date, date_precision, text, turn_ids
 FROM memory.gist_timeline
 WHERE tenant = :'tenant' AND conversation_id = :'conversation'

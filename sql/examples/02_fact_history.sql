@@ -1,6 +1,6 @@
 -- Everything said about a subject, oldest first, with what is still current:
 -- "where did she live last year" reads the history, "where does she live" the current rows.
--- epistream sql -v tenant=demo -v subject=Alice -f sql/examples/02_fact_history.sql
+-- epistream sql --tenant demo -v subject=Alice -f sql/examples/02_fact_history.sql
 SELECT predicate, object, point_in_time, start_time, end_time, said_at, is_current
 FROM memory.fact_history
 WHERE tenant = :'tenant' AND subject = :'subject'

@@ -1,7 +1,6 @@
 -- Cypher through Apache AGE: the predicate edges leaving an entity, with their qualifiers.
 -- Values go in AGE's parameter map (a prepared statement's $1), never into the Cypher text.
--- epistream sql -v params='{"tenant": "demo", "name": "Alice"}' -f sql/examples/06_cypher_facts_about.sql
-LOAD 'age';
+-- epistream sql --tenant demo -v params='{"tenant": "demo", "name": "Alice"}' -f sql/examples/06_cypher_facts_about.sql
 SET search_path = ag_catalog, memory, public;
 PREPARE facts_about(agtype) AS
 SELECT * FROM cypher('memory_graph', $$

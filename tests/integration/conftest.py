@@ -30,7 +30,6 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-from pydantic import SecretStr
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +58,7 @@ TEST_ENV = {
 for _name, _value in TEST_ENV.items():
     os.environ.setdefault(_name, _value)
 
-from epistream.db import apply_migrations, create_pool, database_url
+from epistream.db import admin_database_url, apply_migrations, create_pool, on_database
 from epistream.kafka_io import partitions_of
 from epistream.readiness import stored_turns, wait_until
 from epistream.settings import Settings
@@ -93,7 +92,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def own_database(settings: Settings, name: str) -> str:
     """A fresh, migrated database on the test server: one deployment, one memory."""
-    base = database_url(settings)
+    base = admin_database_url(settings)
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = make_conninfo(base, dbname=name)
@@ -102,7 +101,7 @@ def own_database(settings: Settings, name: str) -> str:
 
 
 def drop_database(settings: Settings, name: str) -> None:
-    with psycopg.connect(database_url(settings), autocommit=True) as conn:
+    with psycopg.connect(admin_database_url(settings), autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
@@ -128,7 +127,7 @@ class TestServices:
             return self.settings
         if self._tier_settings is None:
             url = own_database(self.settings, self.tier_database)
-            self._tier_settings = self.settings.with_overrides(database_url=SecretStr(url))
+            self._tier_settings = on_database(self.settings, url)
         return self._tier_settings
 
     def stop(self) -> None:
@@ -180,7 +179,7 @@ def _tier_settings(request: pytest.FixtureRequest) -> Settings:
 
 @pytest.fixture
 def db_url(request: pytest.FixtureRequest) -> str:
-    return database_url(_tier_settings(request))
+    return admin_database_url(_tier_settings(request))
 
 
 @pytest.fixture

@@ -21,11 +21,10 @@ import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer
 from psycopg import sql
-from pydantic import SecretStr
 
 from epistream.client import produce_raw
 from epistream.contracts import Answer, DeadLetter, Mode, Question
-from epistream.db import database_url
+from epistream.db import APP_ROLE, admin_database_url, database_url, on_database
 from epistream.kafka_io import ensure_topics
 from epistream.readiness import port_open
 from epistream.settings import Settings
@@ -105,10 +104,10 @@ def answer_env(kafka) -> Iterator[AnswerEnv]:
             "topic_dlq": f"answers-{suffix}.dlq", "answer_group": f"answers-{suffix}", "questions_partitions": 1,
             "llm_base_url": server.base_url, "assistant_base_urls": server.base_url, "llm_max_retries": 0,
         }
-        settings = kafka.with_overrides(**overrides, database_url=SecretStr(url))
+        settings = on_database(kafka.with_overrides(**overrides), url)
         asyncio.run(ensure_topics(settings))
         env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": str(v) for k, v in overrides.items()} | {
-            "EPISTREAM_DATABASE_URL": url}
+            "EPISTREAM_DATABASE_URL": database_url(settings), "EPISTREAM_DATABASE_ADMIN_URL": url}
         try:
             yield AnswerEnv(settings, env, master, suffix)
         finally:
@@ -147,14 +146,14 @@ def _memory_readable(settings: Settings, readable: bool) -> None:
     """Grant or revoke the application role's reads on the memory tables of this test's own database."""
     verb = "GRANT SELECT ON memory.gists, memory.turns TO {}" if readable else \
         "REVOKE SELECT ON memory.gists, memory.turns FROM {}"
-    with psycopg.connect(database_url(settings), autocommit=True) as conn:
-        conn.execute(sql.SQL(verb).format(sql.Identifier(settings.db_role)))
+    with psycopg.connect(admin_database_url(settings), autocommit=True) as conn:
+        conn.execute(sql.SQL(verb).format(sql.Identifier(APP_ROLE)))
 
 
 def _unreadable_turn(settings: Settings, present: bool) -> None:
     """A row another writer left (the contracts refuse it today): its instant, `infinity`, is one
     psycopg cannot read back, so any read that meets it raises DataError, neither ours nor transient."""
-    with psycopg.connect(database_url(settings), autocommit=True) as conn:
+    with psycopg.connect(admin_database_url(settings), autocommit=True) as conn:
         if present:
             conn.execute("INSERT INTO memory.turns (tenant, conversation_id, turn_id, speaker, text, ts, tz_offset_s,"
                          " embedding) VALUES ('tenant-a', 'left-behind', 't1', 'Maya', 'the ferry boat timetable',"

@@ -201,10 +201,10 @@ def test_an_error_no_record_can_cause_holds_the_batch_until_it_clears_instead_of
     and is stored once the grant is back, with nothing dead-lettered."""
     from psycopg import sql
 
-    from epistream.db import create_pool
+    from epistream.db import APP_ROLE, create_pool
 
     tenant, conversation = unique("tenant"), unique("conv")
-    grant = sql.Identifier(postgres.db_role)
+    grant = sql.Identifier(APP_ROLE)
 
     async def go() -> object:
         pool = create_pool(postgres)

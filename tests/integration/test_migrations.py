@@ -9,7 +9,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from epistream.db import GRAPH_NAME, apply_migrations, database_url, migration_files
+from epistream.db import GRAPH_NAME, admin_database_url, apply_migrations, migration_files
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ def test_partitioning_turns_by_tenant_keeps_rows_views_and_isolation(postgres, u
     views over turns still answer, row-level security still binds the application role, and the
     partitions themselves are out of its reach (they would not apply the parent's policy)."""
     name = unique("premigration").replace("-", "_")
-    base = database_url(postgres)
+    base = admin_database_url(postgres)
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = make_conninfo(base, dbname=name)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from epistream.db import reader_url
 from infra.postgres_server import psql_binary
 
 from .seed import seed_memory
@@ -39,13 +40,14 @@ def test_there_are_examples_in_sql_and_cypher():
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_example_runs_and_returns_rows(example, seeded, db_url):
+def test_example_runs_and_returns_rows(example, seeded, postgres):
+    """As `epistream sql --tenant` runs them: the read-only login, scoped to the tenant."""
     tenant, conversation = seeded
     variables = {
         "tenant": tenant, "conversation": conversation, "subject": "Alice", "query": "Lisbon",
         "params": json.dumps({"tenant": tenant, "name": "Alice" if "facts_about" in example.name else "Bob"}),
     }
-    args = [psql_binary(), db_url, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-f", str(example)]
+    args = [psql_binary(), reader_url(postgres, tenant), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-f", str(example)]
     for name, value in variables.items():
         args += ["-v", f"{name}={value}"]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60)
