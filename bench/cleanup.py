@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from epistream.kafka_io import consumer_lag, delete_records, log_offsets
+from epistream.kafka_io import consumer_lag
 from epistream.settings import Settings
+from epistream.topics import delete_records, log_offsets
 from pipeline.store.forget import ADD_TOMBSTONE, forget
 from pipeline.store.tombstones import WHOLE_TENANT
 

@@ -33,10 +33,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import SecretStr
 
 from epistream.contracts import Answer, Mode, Question
-from epistream.kafka_io import create_topic, delete_topics
 from epistream.readiness import StoreState, WaitTimeout, store_state_async, wait_for_enrichment_async
 from epistream.settings import JsonMode, Settings
 from epistream.sources import LocomoQA, LocomoSample, load_locomo
+from epistream.topics import create_topic, delete_topics
 
 from . import budget_recall, eval_report
 from .eval_metrics import ADVERSARIAL, recall_at_k, sample_by_category, score_answer, union_turns

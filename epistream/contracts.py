@@ -131,6 +131,21 @@ class SegmentCloseRequest(Contract):
     reason: Literal["idle"] = "idle"
 
 
+class ForgetRecord(Contract):
+    """`memory.forgotten` (compacted), keyed by `key()`: a conversation, or with no conversation id the
+    whole tenant, was forgotten. Every worker reads the topic before `memory.turns`, so a rebuild of
+    the memory from Kafka into an empty database skips what was forgotten."""
+
+    kind: Literal["forgotten"] = "forgotten"
+    tenant: Identifier
+    conversation_id: Identifier | None = None
+    forgotten_at: Instant
+
+    def key(self) -> bytes:
+        # One record per scope survives compaction; the length prefix keeps ("ab", "c") from ("a", "bc").
+        return f"{len(self.tenant)}:{self.tenant}:{self.conversation_id or ''}".encode()
+
+
 class SegmentTurn(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 

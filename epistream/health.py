@@ -31,10 +31,11 @@ from aiokafka.admin import AIOKafkaAdminClient
 from pydantic import BaseModel
 
 from .db import database_url
-from .kafka_io import create_producer, ensure_topics, group_members, worker_client_id, worker_client_prefix
+from .kafka_io import create_producer, group_members, worker_client_id, worker_client_prefix
 from .llm import create_client, endpoint_name, response_format
 from .metrics import read_samples
 from .settings import Settings
+from .topics import ensure_topics
 
 WORKERS = ("ingest", "enrich", "answer")
 

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
-from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from .contracts import DeadLetter
@@ -24,56 +22,6 @@ from .metrics import Metrics
 from .settings import Settings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TopicSpec:
-    name: str
-    partitions: int
-    config: dict[str, str] = field(default_factory=dict)
-
-
-#: The health topic only carries probes: an hour is plenty.
-HEALTH_TOPIC_CONFIG = {"retention.ms": str(3_600_000)}
-
-
-def topic_specs(settings: Settings) -> list[TopicSpec]:
-    """Every topic with its partition count, created up front (never auto-created)."""
-    return [
-        TopicSpec(settings.topic_turns, settings.turns_partitions),
-        TopicSpec(settings.topic_segments, settings.turns_partitions),
-        TopicSpec(settings.topic_questions, settings.questions_partitions),
-        TopicSpec(settings.topic_answers, settings.questions_partitions),
-        TopicSpec(settings.topic_dlq, 1),
-        TopicSpec(settings.topic_health, 1, HEALTH_TOPIC_CONFIG),
-    ]
-
-
-async def ensure_topics(settings: Settings, *, timeout_s: float = 60.0) -> list[str]:
-    """Create missing topics; return the names created. Retries while the broker warms up."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
-        try:
-            await admin.start()
-            existing = set(await admin.list_topics())
-            wanted = [t for t in topic_specs(settings) if t.name not in existing]
-            if wanted:
-                try:
-                    await admin.create_topics(
-                        [NewTopic(t.name, num_partitions=t.partitions, replication_factor=1, topic_configs=t.config)
-                         for t in wanted]
-                    )
-                except TopicAlreadyExistsError:
-                    pass  # another process won the race
-            return [t.name for t in wanted]
-        except Exception as exc:
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            log.info("waiting for Kafka to accept admin requests: %s", type(exc).__name__)
-            await asyncio.sleep(1.0)
-        finally:
-            await admin.close()
 
 
 def worker_client_prefix(worker: str) -> str:
@@ -381,59 +329,3 @@ async def report_lag(settings: Settings, metrics: Metrics, group: str, topics: l
         return
     for topic, value in lag.items():
         metrics.consumer_lag.labels(group, topic).set(value)
-
-
-# --- topic administration: per-run topics, offsets, deleting records ----------------------------
-
-
-async def create_topic(settings: Settings, name: str, *, partitions: int = 1, timeout_s: float = 10.0) -> None:
-    """Create one topic (an existing one is fine) and wait until the broker's metadata lists its partitions."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    try:
-        try:
-            await admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-        except TopicAlreadyExistsError:
-            pass
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while asyncio.get_running_loop().time() < deadline:
-            described = await admin.describe_topics([name])
-            if described and described[0].get("partitions"):
-                return
-            await asyncio.sleep(0.2)
-    finally:
-        await admin.close()
-
-
-async def delete_topics(settings: Settings, names: list[str]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    try:
-        await admin.delete_topics(names)
-    finally:
-        await admin.close()
-
-
-async def log_offsets(settings: Settings, topic: str) -> dict[int, tuple[int, int]]:
-    """Per partition, the log's (start, end) offsets: end - start messages are held."""
-    partitions = [TopicPartition(topic, p) for p in await partitions_of(settings, topic)]
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        starts = await consumer.beginning_offsets(partitions)
-        ends = await consumer.end_offsets(partitions)
-    finally:
-        await consumer.stop()
-    return {tp.partition: (starts[tp], ends[tp]) for tp in partitions}
-
-
-async def delete_records(settings: Settings, topic: str, before: dict[int, int]) -> None:
-    """Delete each partition's messages below the given offset (Kafka's DeleteRecords: the log start moves up)."""
-    if not before:
-        return
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.delete_records({TopicPartition(topic, p): RecordsToDelete(offset) for p, offset in before.items()})
-    finally:
-        await admin.close()

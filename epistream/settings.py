@@ -70,6 +70,13 @@ class KafkaSettings(BaseSettings):
     )
     topic_turns: str = "memory.turns"
 
+    @field_validator("turns_retention_days", "dlq_retention_days", "topic_retention_days")
+    @classmethod
+    def _retention(cls, value: float) -> float:
+        if value != -1 and value <= 0:
+            raise ValueError("a positive number of days, or -1 for forever")
+        return value
+
     @property
     def kafka_heartbeat_interval_s(self) -> float:
         """A third of the session timeout: two heartbeats may be lost before a worker is taken for dead."""
@@ -79,7 +86,21 @@ class KafkaSettings(BaseSettings):
     topic_questions: str = "memory.questions"
     topic_answers: str = "memory.answers"
     topic_dlq: str = "memory.dlq"
+    topic_forgotten: str = Field(
+        "memory.forgotten", description="Compacted topic of forgotten conversations, read by every worker before memory.turns."
+    )
     topic_health: str = Field("epistream.health", description="Topic the Kafka health probe writes to and reads back.")
+    # -1 (forever) or a positive number of days: Kafka's retention.ms, set on create and on every start.
+    turns_retention_days: float = Field(
+        -1, description="How long memory.turns keeps a turn, in days (-1: forever). A rebuild reads only what it keeps.",
+    )
+    dlq_retention_days: float = Field(
+        14, description="How long memory.dlq keeps a dead letter, in days (-1: forever); a forgotten conversation's "
+        "letters go with them.",
+    )
+    topic_retention_days: float = Field(
+        7, description="How long memory.segments, memory.questions and memory.answers keep a record, in days (-1: forever).",
+    )
     # 6: one, two or three ingest workers share them evenly (with 4, Faust gave a third worker none).
     turns_partitions: int = Field(6, description="Partitions of memory.turns (keyed by conversation).")
     questions_partitions: int = Field(2, description="Partitions of memory.questions and memory.answers.")

@@ -28,8 +28,8 @@ from pathlib import Path
 from epistream.db import admin_database_url, apply_migrations, embedded_uri_file, set_login_passwords
 from epistream.errors import ServiceError
 from epistream.health import WORKERS, Health, Probe, probe_all
-from epistream.kafka_io import ensure_topics
 from epistream.settings import Settings
+from epistream.topics import ensure_topics
 
 from . import supervisor as sup
 from .postgres_server import pgdata_dir, stop_unsupervised

@@ -9,9 +9,9 @@ import signal
 import sys
 
 from epistream.health import WORKERS
-from epistream.kafka_io import ensure_topics
 from epistream.readiness import port_open
 from epistream.settings import Settings
+from epistream.topics import ensure_topics
 
 from .kafka_broker import prepare_broker
 from .model_server import model_listed, model_server_argv

@@ -12,12 +12,13 @@ from mode import Service
 from psycopg_pool import AsyncConnectionPool
 
 from epistream.embeddings import Embedder
+from epistream.erasure import parse_forgotten
 from epistream.kafka_io import report_lag, worker_client_id
 from epistream.metrics import Metrics
 from epistream.resources import Resources
 from epistream.settings import Settings
 
-from . import housekeeping, outbox
+from . import erasure, housekeeping, outbox
 from .delivery import settle
 from .ingest import IngestResult, ingest_batch
 from .records import RawRecord
@@ -39,6 +40,8 @@ class IndexerResources(Service):
 
     async def on_start(self) -> None:
         self.shared = await Resources.open(self.settings, self.metrics)
+        # Before the agents read a turn: what was forgotten stays so in a database rebuilt from Kafka.
+        await erasure.catch_up(self.settings, self.shared.pool)
         self.metrics.serve(self.settings.ingest_metrics_port, host=self.settings.metrics_host)
         log.info("indexer resources ready; metrics on :%d", self.settings.ingest_metrics_port)
 
@@ -108,6 +111,17 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
             await settle(events, to_record=RawRecord.from_faust, ingest=ingest_records, send_dead=send_dead,
                          publish=publish, ack=stream.ack, metrics=metrics,
                          max_request_size=app.conf.producer_max_request_size)
+
+    forgotten_topic = app.topic(settings.topic_forgotten, key_serializer="raw", value_serializer="raw")
+
+    @app.agent(forgotten_topic, name="forgotten")
+    async def forgotten(stream):  # type: ignore[no-untyped-def]
+        # Erasures written after this worker started (by a `forget` on this database they are already
+        # applied, and skipped; by one on another database, such as a rebuild's source, they are not).
+        async for value in stream:
+            record = parse_forgotten(value)
+            if record is not None:
+                await erasure.apply_arriving(resources.pool, record, metrics)
 
     async def send_close(key: bytes, value: bytes) -> None:
         delivery = await turns_topic.send(key=key, value=value)

@@ -19,6 +19,7 @@ from epistream.resources import Resources
 from epistream.retry import Backoff
 from epistream.settings import Settings
 
+from . import erasure
 from .breaker import CircuitBreaker
 from .enrich import STAGE, EnrichDeps, EnrichOutcome, enrich_segment, retry_waiting
 from .records import RawRecord
@@ -46,6 +47,8 @@ class EnrichResources(Service):
 
     async def on_start(self) -> None:
         self.shared = await Resources.open(self.settings, self.metrics)
+        # Before a segment is enriched: a rebuilt database first learns what was forgotten.
+        await erasure.catch_up(self.settings, self.shared.pool)
         breaker = CircuitBreaker(Backoff(first_s=self.settings.enrich_retry_every_s,
                                          cap_s=self.settings.enrich_pause_max_s))
         self.deps = EnrichDeps(self.settings, self.shared.pool, self.shared.embedder,

@@ -17,8 +17,8 @@ from aiokafka.structs import ConsumerRecord
 from psycopg import sql
 
 from epistream.contracts import DeadLetter
-from epistream.kafka_io import log_offsets
 from epistream.settings import Settings
+from epistream.topics import log_offsets
 
 Offsets = dict[str, dict[int, int]]
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import psycopg
 
-from epistream.db import create_pool
+from epistream.db import open_pool
 from epistream.readiness import poll
 from epistream.settings import Settings
 from infra import services
-from pipeline.store.forget import forget
+from pipeline.erasure import forget_everywhere
 
 from . import inject
 from .inject import FaultLog
@@ -147,11 +147,9 @@ def _forget_while_ingested(ctx: Context) -> None:
     ctx.log.note(f"forgetting {target} (stream at {ctx.stream.progress:.0%})")
 
     async def run() -> None:
-        pool = create_pool(ctx.settings)  # what `epistream forget` does
-        await pool.open(wait=True)
+        pool = await open_pool(ctx.settings)  # what `epistream forget` does
         try:
-            async with pool.connection() as conn:
-                done = await forget(conn, tenant, target)
+            done = await forget_everywhere(ctx.settings, pool, tenant, target)
         finally:
             await pool.close()
         ctx.log.note(f"forgot {target}: {done.rows}, {done.graph_elements} graph elements")

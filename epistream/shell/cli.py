@@ -169,9 +169,9 @@ def cmd_context(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from infra.postgres_server import psql_binary
-
     from psycopg.conninfo import make_conninfo
+
+    from infra.postgres_server import psql_binary
 
     from ..db import admin_database_url, reader_url
 
@@ -224,7 +224,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    from pipeline.store.forget import forget
+    from pipeline.erasure import forget_everywhere
 
     from ..db import open_pool
 
@@ -233,17 +233,18 @@ def cmd_forget(args: argparse.Namespace) -> int:
         return 2
 
     async def run():  # type: ignore[no-untyped-def]
-        pool = await open_pool(_settings())
+        settings = _settings()
+        pool = await open_pool(settings)
         try:
-            async with pool.connection() as conn:
-                return await forget(conn, args.tenant, args.conversation)
+            return await forget_everywhere(settings, pool, args.tenant, args.conversation)
         finally:
             await pool.close()
 
     done = asyncio.run(run())
     what = f"conversation {done.conversation_id!r}" if done.conversation_id else "every conversation"
     print(f"forgot {what} of tenant {done.tenant!r}: " + ", ".join(f"{n} {t}" for t, n in done.rows.items())
-          + f", {done.graph_elements} graph elements; a tombstone keeps replays from restoring it")
+          + f", {done.graph_elements} graph elements; its record in {_settings().topic_forgotten} keeps replays and "
+          "rebuilds from restoring it")
     return 0
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from epistream.kafka_io import ensure_topics
 from epistream.readiness import port_open
 from epistream.settings import Settings
+from epistream.topics import ensure_topics
 from infra.process import ManagedProcess, wait_until
 from tests.support.scripted_llm import Reply, ScriptedLLM
 

@@ -25,9 +25,9 @@ from psycopg import sql
 from epistream.client import produce_raw
 from epistream.contracts import Answer, DeadLetter, Mode, Question
 from epistream.db import APP_ROLE, admin_database_url, database_url, on_database
-from epistream.kafka_io import ensure_topics
 from epistream.readiness import port_open
 from epistream.settings import Settings
+from epistream.topics import ensure_topics
 from infra.process import ManagedProcess, pid_alive, wait_until
 from tests.support.scripted_llm import ScriptedLLM
 

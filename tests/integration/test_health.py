@@ -33,7 +33,7 @@ def test_every_service_and_worker_answers_its_probe(stack):
     unhealthy = {name: row.detail for name, row in rows.items() if not row.running}
     assert not unhealthy
     assert "read back" in rows["kafka"].detail
-    assert "as epistream_app" in rows["postgres"].detail
+    assert "as epistream_worker" in rows["postgres"].detail
     assert "member of" in rows["worker-ingest"].detail and "member of" in rows["worker-answer"].detail
 
 

@@ -1,0 +1,179 @@
+"""Kafka topics: the ones epistream uses, created up front with their configs (retention,
+compaction) and kept to them on every start; and the administration benches and tests need
+(per-run topics, offsets, deleting records)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import TopicAlreadyExistsError
+
+from .errors import ServiceError
+from .kafka_io import partitions_of
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+#: The health topic only carries probes: an hour is plenty.
+HEALTH_TOPIC_CONFIG = {"retention.ms": str(3_600_000)}
+
+
+#: A topic config's source in a DescribeConfigs reply (v1 on): set on the topic itself.
+_DYNAMIC_TOPIC_CONFIG = 1
+
+
+def retention_ms(days: float) -> str:
+    """Kafka's retention.ms for a number of days (-1: forever)."""
+    return "-1" if days == -1 else str(round(days * 86_400_000))
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    """Every topic with its partition count and the configs epistream sets (created up front, never
+    auto-created; the configs are set again on every start, so a changed retention takes effect)."""
+    turns_kept = {"retention.ms": retention_ms(settings.turns_retention_days)}
+    replies_kept = {"retention.ms": retention_ms(settings.topic_retention_days)}
+    return [
+        TopicSpec(settings.topic_turns, settings.turns_partitions, turns_kept),
+        # The enrich worker's queue: kept as long as the turns, so a long enrichment outage loses nothing.
+        TopicSpec(settings.topic_segments, settings.turns_partitions, turns_kept),
+        TopicSpec(settings.topic_questions, settings.questions_partitions, replies_kept),
+        TopicSpec(settings.topic_answers, settings.questions_partitions, replies_kept),
+        TopicSpec(settings.topic_dlq, 1, {"retention.ms": retention_ms(settings.dlq_retention_days)}),
+        # One record per forgotten scope for as long as the topic lives: compaction drops only a
+        # scope's older copies, never the last one.
+        TopicSpec(settings.topic_forgotten, 1, {"cleanup.policy": "compact", "retention.ms": "-1"}),
+        TopicSpec(settings.topic_health, 1, HEALTH_TOPIC_CONFIG),
+    ]
+
+
+def _topic_configs(responses: list) -> dict[str, dict[str, tuple[str, bool]]]:
+    """Per topic of raw DescribeConfigs replies: config name -> (value, set on the topic itself)."""
+    found: dict[str, dict[str, tuple[str, bool]]] = {}
+    for response in responses:
+        for error_code, error_message, _type, name, entries, *_ in response.resources:
+            if error_code:
+                raise ServiceError(f"describing topic {name}'s configs failed: {error_message} ({error_code})")
+            # v0 replies carry is_default (a bool) where later ones carry the source (an int).
+            found[name] = {e[0]: (e[1], (not e[3]) if isinstance(e[3], bool) else e[3] == _DYNAMIC_TOPIC_CONFIG)
+                           for e in entries}
+    return found
+
+
+async def _reconcile_configs(admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> list[str]:
+    """Set each existing topic's configs to its spec where they differ, keeping the topic's other
+    settings (AlterConfigs replaces the whole set); return the topics changed."""
+    wanted = [t for t in specs if t.config]
+    if not wanted:
+        return []
+    current = _topic_configs(await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t.name)
+                                                            for t in wanted]))
+    changes = []
+    for spec in wanted:
+        configs = current.get(spec.name, {})
+        if all(configs.get(k, ("", False))[0] == v for k, v in spec.config.items()):
+            continue
+        kept = {k: value for k, (value, own) in configs.items() if own}
+        changes.append(ConfigResource(ConfigResourceType.TOPIC, spec.name, configs=kept | spec.config))
+    if changes:
+        for response in await admin.alter_configs(changes):
+            for error_code, error_message, _type, name in response.resources:
+                if error_code:
+                    raise ServiceError(f"setting topic {name}'s configs failed: {error_message} ({error_code})")
+    return [c.name for c in changes]
+
+
+async def ensure_topics(settings: Settings, *, timeout_s: float = 60.0) -> list[str]:
+    """Create missing topics; return the names created. Retries while the broker warms up."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
+        try:
+            await admin.start()
+            existing = set(await admin.list_topics())
+            specs = topic_specs(settings)
+            wanted = [t for t in specs if t.name not in existing]
+            changed = await _reconcile_configs(admin, [t for t in specs if t.name in existing])
+            if changed:
+                log.info("set the retention and cleanup configs of %s", ", ".join(changed))
+            if wanted:
+                try:
+                    await admin.create_topics(
+                        [NewTopic(t.name, num_partitions=t.partitions, replication_factor=1, topic_configs=t.config)
+                         for t in wanted]
+                    )
+                except TopicAlreadyExistsError:
+                    pass  # another process won the race
+            return [t.name for t in wanted]
+        except Exception as exc:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.info("waiting for Kafka to accept admin requests: %s", type(exc).__name__)
+            await asyncio.sleep(1.0)
+        finally:
+            await admin.close()
+
+
+async def create_topic(settings: Settings, name: str, *, partitions: int = 1, timeout_s: float = 10.0) -> None:
+    """Create one topic (an existing one is fine) and wait until the broker's metadata lists its partitions."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        try:
+            await admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+        except TopicAlreadyExistsError:
+            pass
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while asyncio.get_running_loop().time() < deadline:
+            described = await admin.describe_topics([name])
+            if described and described[0].get("partitions"):
+                return
+            await asyncio.sleep(0.2)
+    finally:
+        await admin.close()
+
+
+async def delete_topics(settings: Settings, names: list[str]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        await admin.delete_topics(names)
+    finally:
+        await admin.close()
+
+
+async def log_offsets(settings: Settings, topic: str) -> dict[int, tuple[int, int]]:
+    """Per partition, the log's (start, end) offsets: end - start messages are held."""
+    partitions = [TopicPartition(topic, p) for p in await partitions_of(settings, topic)]
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        starts = await consumer.beginning_offsets(partitions)
+        ends = await consumer.end_offsets(partitions)
+    finally:
+        await consumer.stop()
+    return {tp.partition: (starts[tp], ends[tp]) for tp in partitions}
+
+
+async def delete_records(settings: Settings, topic: str, before: dict[int, int]) -> None:
+    """Delete each partition's messages below the given offset (Kafka's DeleteRecords: the log start moves up)."""
+    if not before:
+        return
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_records({TopicPartition(topic, p): RecordsToDelete(offset) for p, offset in before.items()})
+    finally:
+        await admin.close()

@@ -1,0 +1,175 @@
+"""Erasure that survives a rebuild: `epistream forget` records the erasure in the compacted
+`memory.forgotten`, and an ingest worker rebuilding the memory from Kafka into an empty database
+reads it before the turns, so the forgotten conversation does not come back; an erasure made on
+another database while the rebuild runs reaches it too. Topic retention is set from the settings,
+on create and again on every start. Each test runs on its own topics, group and databases."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from epistream.db import admin_database_url, database_url, on_database
+from epistream.metrics import read_samples, sample_sum
+from epistream.readiness import port_open
+from epistream.settings import Settings
+from epistream.topics import _topic_configs, ensure_topics
+from infra.process import ManagedProcess, wait_until
+
+from .conftest import count_turns, drop_database, own_database, wait_for
+from .helpers import make_turns, produce_bytes, produce_turns
+
+pytestmark = pytest.mark.integration
+
+BASE_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) + 30  # beside the test stack's ports
+TOPICS = ("turns", "segments", "questions", "answers", "dlq", "forgotten")
+
+
+@dataclass
+class Deployment:
+    """One memory: its database and the environment of the processes that serve it."""
+
+    settings: Settings
+    env: dict[str, str]
+    name: str
+
+    def run_ingest(self, port: int) -> ManagedProcess:
+        process = ManagedProcess(f"worker-ingest-{self.name}", self.settings.state_dir)
+        process.spawn([sys.executable, "-m", "epistream.shell.cli", "worker", "ingest"],
+                      env=self.env | {"EPISTREAM_INGEST_METRICS_PORT": str(port)})
+        wait_until(lambda: port_open("127.0.0.1", port), timeout=120, what="ingest worker", log_file=process.log_file)
+        return process
+
+    def forget(self, tenant: str, conversation: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "epistream.shell.cli", "forget", "--tenant", tenant,
+                               "--conversation", conversation], env=self.env, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def turns(self, tenant: str, conversation: str) -> int:
+        return count_turns(admin_database_url(self.settings), tenant, conversation)
+
+
+@pytest.fixture
+def memories(kafka) -> Iterator[tuple[Deployment, Deployment]]:
+    """Two databases on the same topics: the original memory and the one rebuilt from Kafka."""
+    suffix = uuid.uuid4().hex[:8]
+    overrides = {f"topic_{t}": f"erasure-{suffix}.{t}" for t in TOPICS} | {"turns_partitions": 2}
+    base = kafka.with_overrides(**overrides)
+    asyncio.run(ensure_topics(base))
+    made: list[Deployment] = []
+    try:
+        for n in (1, 2):
+            name = f"erasure_{suffix}_{n}"
+            settings = on_database(base, own_database(kafka, name))
+            env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": str(v) for k, v in overrides.items()} | {
+                "EPISTREAM_DATABASE_URL": database_url(settings),
+                "EPISTREAM_DATABASE_ADMIN_URL": admin_database_url(settings),
+                "EPISTREAM_INDEXER_GROUP": f"erasure-{suffix}-{n}"}
+            made.append(Deployment(settings, env, name))
+        yield made[0], made[1]
+    finally:
+        for deployment in made:
+            drop_database(kafka, deployment.name)
+
+
+def test_a_rebuild_from_kafka_into_an_empty_database_does_not_bring_back_a_forgotten_conversation(memories, unique):
+    original, rebuilt = memories
+    tenant, gone, kept, late = unique("tenant"), unique("gone"), unique("kept"), unique("late")
+    said = [("Alice", "I moved to Lisbon last Wednesday."), ("Bob", "Nice!"), ("Alice", "The ferry is lovely.")]
+    produce_turns(original.settings, make_turns(tenant, gone, said) + make_turns(tenant, kept, said)
+                  + make_turns(tenant, late, said))
+    worker = original.run_ingest(BASE_PORT)
+    try:
+        wait_for(lambda: all(original.turns(tenant, c) == 3 for c in (gone, kept, late)), timeout=120,
+                 what="the original memory stored")
+        assert original.settings.topic_forgotten in original.forget(tenant, gone)
+        assert original.turns(tenant, gone) == 0
+    finally:
+        worker.stop()
+
+    # The rebuild: a new group reads memory.turns from its start into an empty database.
+    worker = rebuilt.run_ingest(BASE_PORT + 1)
+    try:
+        wait_for(lambda: rebuilt.turns(tenant, kept) == 3 and rebuilt.turns(tenant, late) == 3, timeout=120,
+                 what="the rebuilt memory stored")
+        # A turn of the forgotten conversation produced after the rebuild started is skipped as well.
+        produce_turns(rebuilt.settings, make_turns(tenant, gone, [("Alice", "One more thing.")]))
+        # Then a sentinel on the same partition: once it is stored, that turn has been seen.
+        sentinel = make_turns(tenant, unique("sentinel"), [("Alice", "sentinel")])[0]
+        produce_bytes(rebuilt.settings, [(gone.encode(), sentinel.to_bytes())])
+        wait_for(lambda: rebuilt.turns(tenant, sentinel.conversation_id) == 1, timeout=60, what="sentinel stored")
+        assert rebuilt.turns(tenant, gone) == 0
+        # Read before the turns, at start-up: its four turns were skipped on the way in, never stored.
+        assert "read 1 erasures from" in worker.log_file.read_text()
+        assert "applied 1 this database had not seen" in worker.log_file.read_text()
+        samples = read_samples(f"http://127.0.0.1:{BASE_PORT + 1}/metrics")
+        assert sample_sum(samples, "epistream_ingest_turns_total", outcome="tombstoned") == 4
+        with psycopg.connect(admin_database_url(rebuilt.settings)) as conn:
+            assert conn.execute("SELECT count(*) FROM memory.tombstones WHERE tenant = %s AND conversation_id = %s",
+                                (tenant, gone)).fetchone() == (1,)
+
+        # Forgotten on the original database while the rebuild runs: the rebuilt memory forgets it too.
+        original.forget(tenant, late)
+        wait_for(lambda: rebuilt.turns(tenant, late) == 0, timeout=60, what="the later erasure applied")
+        assert rebuilt.turns(tenant, kept) == 3
+    finally:
+        worker.stop()
+
+
+def _configs(settings: Settings, topic: str) -> dict[str, tuple[str, bool]]:
+    async def go() -> dict[str, tuple[str, bool]]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+        await admin.start()
+        try:
+            return _topic_configs(await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)]))[topic]
+        finally:
+            await admin.close()
+    return asyncio.run(go())
+
+
+def test_topic_retention_follows_the_settings_on_create_and_on_every_start(kafka):
+    suffix = uuid.uuid4().hex[:8]
+    settings = kafka.with_overrides(**{f"topic_{t}": f"retention-{suffix}.{t}" for t in TOPICS},
+                                    dlq_retention_days=14, topic_retention_days=0.5)
+    asyncio.run(ensure_topics(settings))
+    assert _configs(settings, settings.topic_dlq)["retention.ms"] == (str(14 * 86_400_000), True)
+    assert _configs(settings, settings.topic_answers)["retention.ms"] == (str(43_200_000), True)
+    assert _configs(settings, settings.topic_turns)["retention.ms"] == ("-1", True)
+    forgotten = _configs(settings, settings.topic_forgotten)
+    assert forgotten["cleanup.policy"] == ("compact", True) and forgotten["retention.ms"] == ("-1", True)
+
+    # An operator's own setting on a topic survives a change of retention.
+    async def set_max_bytes() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, settings.topic_dlq, configs={
+                "retention.ms": str(14 * 86_400_000), "max.message.bytes": "2000000"})])
+        finally:
+            await admin.close()
+    asyncio.run(set_max_bytes())
+    asyncio.run(ensure_topics(settings.with_overrides(dlq_retention_days=2)))
+    changed = _configs(settings, settings.topic_dlq)
+    assert changed["retention.ms"] == (str(2 * 86_400_000), True)
+    assert changed["max.message.bytes"] == ("2000000", True)
+
+
+def test_retention_settings_refuse_zero_and_negative_days_other_than_forever():
+    from pydantic import ValidationError
+
+    for bad in (0, -2, -0.5):
+        with pytest.raises(ValidationError, match="positive number of days, or -1"):
+            Settings(dlq_retention_days=bad)
+    assert Settings(turns_retention_days=-1).turns_retention_days == -1
