@@ -21,6 +21,7 @@ from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
+from epistream.claims import ClaimCheck, header_pairs
 from epistream.contracts import Answer, MemoryContext, Mode, Question, decode
 from epistream.errors import PermanentError, is_transient
 from epistream.kafka_io import (
@@ -78,7 +79,9 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
 
     try:
         question = decode(record.value, Question, what="memory.questions event")
-    except Exception as exc:  # not a question (or one that breaks the decoder): nobody to answer
+        # A claim not proven gets no answer at all: a failed one would still reach the claimed tenant.
+        ClaimCheck.from_settings(settings).verify(question.tenant, record.value or b"", header_pairs(record.headers))
+    except Exception as exc:  # not a question, or not proven its tenant's (or one that breaks the decoder)
         await dead_letter(letter, deps.metrics, record, stage=STAGE, error=exc)
         return outcome
     started = time.perf_counter()

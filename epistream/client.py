@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Iterable
@@ -10,9 +11,26 @@ from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from .claims import ClaimCheck, signed_headers
 from .contracts import CONTEXT_BUDGET_DEFAULT, Answer, MemoryContext, Mode, Question, decode, validated
 from .kafka_io import create_producer, partitions_of
 from .settings import Settings
+
+
+def claim_headers(settings: Settings, value: bytes, tenant_key: bytes | None = None) -> list[tuple[str, bytes]]:
+    """The signature proving a record's tenant claim: with `tenant_key` (a tenant's backend holds its
+    own), or derived from the deployment's secret (the operator's tools hold it); none when neither
+    is there, or for bytes that name no tenant (they cannot be signed for anyone)."""
+    if tenant_key is not None:
+        return signed_headers(tenant_key, value)
+    check = ClaimCheck.from_settings(settings)
+    if not check.enforced:
+        return []
+    try:
+        tenant = json.loads(value)["tenant"]
+    except (ValueError, TypeError, KeyError):
+        return []
+    return check.headers_for(str(tenant), value)
 
 
 async def _start(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
@@ -25,16 +43,19 @@ async def _start(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
 
 
 async def produce_raw(
-    settings: Settings, records: Iterable[tuple[bytes | None, bytes]], *, topic: str | None = None, progress=None
+    settings: Settings, records: Iterable[tuple[bytes | None, bytes]], *, topic: str | None = None, progress=None,
+    tenant_key: bytes | None = None,
 ) -> int:
-    """Send (key, value) pairs to `memory.turns` (or `topic`); return how many were sent."""
+    """Send (key, value) pairs to `memory.turns` (or `topic`), each signed for its tenant (see
+    `claim_headers`); return how many were sent."""
     producer = create_producer(settings)
     await _start(producer)
     sent = 0
     try:
         pending = []
         for key, value in records:
-            pending.append(await producer.send(topic or settings.topic_turns, key=key, value=value))
+            pending.append(await producer.send(topic or settings.topic_turns, key=key, value=value,
+                                               headers=claim_headers(settings, value, tenant_key)))
             sent += 1
             if progress is not None:
                 progress.update(1)
@@ -47,15 +68,17 @@ async def produce_raw(
     return sent
 
 
-async def ask(settings: Settings, question: Question, *, timeout_s: float = 300.0) -> Answer:
-    """Produce a question and wait for its answer on the reply topic."""
-    return decode(await _request(settings, question, timeout_s), Answer, what="answer")
+async def ask(settings: Settings, question: Question, *, timeout_s: float = 300.0,
+              tenant_key: bytes | None = None) -> Answer:
+    """Produce a question (signed for its tenant, see `claim_headers`) and wait for its answer on the reply topic."""
+    return decode(await _request(settings, question, timeout_s, tenant_key), Answer, what="answer")
 
 
 async def context(
     settings: Settings, *, tenant: str, question: str, budget_tokens: int = CONTEXT_BUDGET_DEFAULT,
     since: datetime | None = None, until: datetime | None = None, conversation_ids: list[str] | None = None,
     asked_at: datetime | None = None, reply_topic: str | None = None, timeout_s: float = 30.0,
+    tenant_key: bytes | None = None,
 ) -> MemoryContext:
     """The best memory for ``question`` within ``budget_tokens``, for the caller's own model (no model
     call): a `context` question through memory.questions, its MemoryContext from the reply topic.
@@ -67,10 +90,10 @@ async def context(
         budget_tokens=budget_tokens,
         time_range=None if since is None and until is None else {"start": since, "end": until},
     )
-    return decode(await _request(settings, request, timeout_s), MemoryContext, what="context reply")
+    return decode(await _request(settings, request, timeout_s, tenant_key), MemoryContext, what="context reply")
 
 
-async def _request(settings: Settings, question: Question, timeout_s: float) -> bytes:
+async def _request(settings: Settings, question: Question, timeout_s: float, tenant_key: bytes | None) -> bytes:
     """Produce a question and return the value of its reply (keyed by its id) on the reply topic."""
     reply_topic = question.reply_topic or settings.topic_answers
     # read_committed: an answer from an aborted transaction (its worker died or lost the question) is never seen.
@@ -90,7 +113,9 @@ async def _request(settings: Settings, question: Question, timeout_s: float) -> 
         await consumer.seek_to_end(*partitions)
         for tp in partitions:
             await consumer.position(tp)
-        await producer.send_and_wait(settings.topic_questions, key=question.question_id.encode(), value=question.to_bytes())
+        value = question.to_bytes()
+        await producer.send_and_wait(settings.topic_questions, key=question.question_id.encode(), value=value,
+                                     headers=claim_headers(settings, value, tenant_key))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             batches = await consumer.getmany(timeout_ms=500)

@@ -295,6 +295,18 @@ class WorkerSettings(BaseSettings):
     answer_group: str = Field("epistream-answer", description="Consumer group of the answer workers.")
 
 
+class SecuritySettings(BaseSettings):
+    """Who may speak for a tenant (see epistream.claims and the README's trust model)."""
+
+    model_config = _CONFIG
+
+    tenant_key_secret: SecretStr | None = Field(
+        None, min_length=32,
+        description="The operator's secret tenant keys derive from; set: every turn and question must carry its "
+        "tenant's signature (epistream-sig header) or is dead-lettered. Unset: tenant claims are trusted.",
+    )
+
+
 class SupervisionSettings(BaseSettings):
     """Where the embedded services keep their state, how they are watched and restarted."""
 
@@ -311,11 +323,11 @@ class SupervisionSettings(BaseSettings):
 
 #: The groups in the order documentation lists them.
 GROUPS: tuple[type[BaseSettings], ...] = (KafkaSettings, PostgresSettings, ModelSettings, SegmentSettings,
-                                          RetrievalSettings, WorkerSettings, SupervisionSettings)
+                                          RetrievalSettings, WorkerSettings, SecuritySettings, SupervisionSettings)
 
 
 class Settings(KafkaSettings, PostgresSettings, ModelSettings, SegmentSettings, RetrievalSettings, WorkerSettings,
-               SupervisionSettings):
+               SecuritySettings, SupervisionSettings):
     """Every setting of one process: the union of the groups."""
 
     model_config = _CONFIG

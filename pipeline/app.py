@@ -11,6 +11,7 @@ import faust
 from mode import Service
 from psycopg_pool import AsyncConnectionPool
 
+from epistream.claims import ClaimCheck
 from epistream.embeddings import Embedder
 from epistream.erasure import parse_forgotten
 from epistream.kafka_io import report_lag, worker_client_id
@@ -78,6 +79,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
     resources = IndexerResources(settings, metrics, loop=app.loop)
     app.add_dependency(resources)
     segmenter = segments.config_from(settings)
+    claims = ClaimCheck.from_settings(settings)
 
     turns_topic = app.topic(settings.topic_turns, key_serializer="raw", value_serializer="raw")
     segments_topic = app.topic(settings.topic_segments, key_serializer="raw", value_serializer="raw")
@@ -100,7 +102,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
     async def ingest_records(records: Sequence[RawRecord]) -> IngestResult:
         assert resources.embedder is not None
         return await ingest_batch(records, pool=resources.pool, embedder=resources.embedder, metrics=metrics,
-                                  segmenter=segmenter, chunk_turns=settings.ingest_chunk)
+                                  segmenter=segmenter, chunk_turns=settings.ingest_chunk, claims=claims)
 
     @app.agent(turns_topic, name="ingest")
     async def ingest(stream):  # type: ignore[no-untyped-def]
@@ -123,8 +125,9 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
             if record is not None:
                 await erasure.apply_arriving(resources.pool, record, metrics)
 
-    async def send_close(key: bytes, value: bytes) -> None:
-        delivery = await turns_topic.send(key=key, value=value)
+    async def send_close(key: bytes, value: bytes, tenant: str) -> None:
+        # Signed like any record on memory.turns: the workers hold the secret tenant keys derive from.
+        delivery = await turns_topic.send(key=key, value=value, headers=claims.headers_for(tenant, value))
         await delivery
 
     async def housekeeping_round() -> None:

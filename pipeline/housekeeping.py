@@ -36,7 +36,7 @@ async def tick(
     pool: AsyncConnectionPool,
     *,
     idle_s: float,
-    send_close: Callable[[bytes, bytes], Awaitable[object]],
+    send_close: Callable[[bytes, bytes, str], Awaitable[object]],
     publish: Callable[[list[tuple[str, str]]], Awaitable[object]],
 ) -> None:
     """One housekeeping round: a close request per idle conversation, then the outbox's orphans."""
@@ -47,6 +47,6 @@ async def tick(
         request = SegmentCloseRequest(
             kind="segment_close", tenant=tenant, conversation_id=conversation_id, after_turn_id=last_turn_id
         )
-        await send_close(conversation_id.encode(), request.to_bytes())
+        await send_close(conversation_id.encode(), request.to_bytes(), tenant)
     if orphans:
         await publish(orphans)

@@ -19,6 +19,7 @@ import numpy as np
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
+from epistream.claims import ClaimCheck
 from epistream.contracts import SegmentCloseRequest, Turn, decode
 from epistream.db import tenant_scope
 from epistream.embeddings import DIMENSIONS, Embedder, turn_embedding_text
@@ -52,9 +53,13 @@ class IngestResult:
     closed_segments: list[tuple[str, str]] = field(default_factory=list)
 
 
-def decode_record(record: RawRecord) -> Turn | SegmentCloseRequest:
-    """A turn, or a segment-close control record; anything else is a ContractError."""
-    return decode(record.value, (Turn, SegmentCloseRequest), what="memory.turns event")
+def decode_record(record: RawRecord, claims: ClaimCheck | None = None) -> Turn | SegmentCloseRequest:
+    """A turn, or a segment-close control record, whose tenant claim `claims` verifies; anything else
+    is a ContractError, or a ClaimRejected saying why the claim is not proven."""
+    decoded = decode(record.value, (Turn, SegmentCloseRequest), what="memory.turns event")
+    if claims is not None:
+        claims.verify(decoded.tenant, record.value or b"", record.headers)
+    return decoded
 
 
 #: A batch item in partition order: the record and what it decoded to.
@@ -75,6 +80,7 @@ async def ingest_batch(
     segmenter: SegmenterConfig | None = None,
     max_backoff_s: float = 30.0,
     chunk_turns: int = DEFAULT_CHUNK_TURNS,
+    claims: ClaimCheck | None = None,
 ) -> IngestResult:
     """Store every valid turn of the batch and apply it to the segmenter (when given), strictly in
     partition order; return what was stored and what is to be dead-lettered, with why.
@@ -87,13 +93,14 @@ async def ingest_batch(
     the partition until it works; any other error isolates the records that cause it: the failed
     chunk is stored again record by record, and each record that still fails on its own is set aside
     with its error (chunks already committed stay as they are). So nothing raises out of here but a
-    cancel, and every record ends stored or rejected."""
+    cancel, and every record ends stored or rejected. With `claims`, a record whose tenant claim is not
+    proven is rejected before anything of it is stored."""
     started = time.perf_counter()
     result = IngestResult()
     items: list[Item] = []
     for record in records:
         try:
-            items.append((record, decode_record(record)))
+            items.append((record, decode_record(record, claims)))
         except Exception as exc:  # ContractError with its reason; anything else is still this record's
             result.dead.append(Rejected(record, exc))
     store = _Store(pool, embedder, metrics, segmenter, max_backoff_s)

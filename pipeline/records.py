@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from epistream.claims import header_pairs
+
 
 @dataclass(frozen=True)
 class RawRecord:
@@ -15,6 +17,7 @@ class RawRecord:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
     @classmethod
     def from_faust(cls, event: Any) -> RawRecord:
@@ -22,7 +25,8 @@ class RawRecord:
         message = event.message
         return cls(topic=message.topic, partition=message.partition, offset=message.offset, key=message.key,
                    value=message.value,
-                   timestamp_ms=int(message.timestamp * 1000) if message.timestamp else None)
+                   timestamp_ms=int(message.timestamp * 1000) if message.timestamp else None,
+                   headers=header_pairs(message.headers))
 
     @property
     def produced_at(self) -> datetime | None:

@@ -248,6 +248,18 @@ def cmd_forget(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tenant_key(args: argparse.Namespace) -> int:
+    from ..claims import ClaimCheck, ClaimRejected
+
+    try:
+        key = ClaimCheck.from_settings(_settings()).key(args.tenant)
+    except ClaimRejected as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(key.hex())
+    return 0
+
+
 def cmd_prometheus(args: argparse.Namespace) -> int:
     from infra import prometheus_server
 
@@ -342,6 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conversation", help="the conversation to forget")
     p.add_argument("--whole-tenant", action="store_true", help="forget every conversation of the tenant")
     p.set_defaults(func=cmd_forget)
+
+    p = sub.add_parser("tenant-key", help="the key a tenant's backend signs its turns and questions with "
+                                          "(derived from EPISTREAM_TENANT_KEY_SECRET; give it to that tenant only)")
+    p.add_argument("tenant")
+    p.set_defaults(func=cmd_tenant_key)
 
     p = sub.add_parser("prometheus", help="a local Prometheus scraping the workers, with the alert rules")
     p.add_argument("action", choices=["up", "down"])

@@ -7,81 +7,31 @@ on create and again on every start. Each test runs on its own topics, group and 
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import psycopg
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from epistream.db import admin_database_url, database_url, on_database
+from epistream.db import admin_database_url
 from epistream.metrics import read_samples, sample_sum
-from epistream.readiness import port_open
 from epistream.settings import Settings
 from epistream.topics import _topic_configs, ensure_topics
-from infra.process import ManagedProcess, wait_until
 
-from .conftest import count_turns, drop_database, own_database, wait_for
+from .conftest import wait_for
+from .deployments import BASE_PORT, TOPICS, Deployment, deployments
 from .helpers import make_turns, produce_bytes, produce_turns
 
 pytestmark = pytest.mark.integration
 
-BASE_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) + 30  # beside the test stack's ports
-TOPICS = ("turns", "segments", "questions", "answers", "dlq", "forgotten")
-
-
-@dataclass
-class Deployment:
-    """One memory: its database and the environment of the processes that serve it."""
-
-    settings: Settings
-    env: dict[str, str]
-    name: str
-
-    def run_ingest(self, port: int) -> ManagedProcess:
-        process = ManagedProcess(f"worker-ingest-{self.name}", self.settings.state_dir)
-        process.spawn([sys.executable, "-m", "epistream.shell.cli", "worker", "ingest"],
-                      env=self.env | {"EPISTREAM_INGEST_METRICS_PORT": str(port)})
-        wait_until(lambda: port_open("127.0.0.1", port), timeout=120, what="ingest worker", log_file=process.log_file)
-        return process
-
-    def forget(self, tenant: str, conversation: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "epistream.shell.cli", "forget", "--tenant", tenant,
-                               "--conversation", conversation], env=self.env, capture_output=True, text=True,
-                              timeout=120, check=False)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    def turns(self, tenant: str, conversation: str) -> int:
-        return count_turns(admin_database_url(self.settings), tenant, conversation)
-
 
 @pytest.fixture
-def memories(kafka) -> Iterator[tuple[Deployment, Deployment]]:
+def memories(kafka) -> Iterator[list[Deployment]]:
     """Two databases on the same topics: the original memory and the one rebuilt from Kafka."""
-    suffix = uuid.uuid4().hex[:8]
-    overrides = {f"topic_{t}": f"erasure-{suffix}.{t}" for t in TOPICS} | {"turns_partitions": 2}
-    base = kafka.with_overrides(**overrides)
-    asyncio.run(ensure_topics(base))
-    made: list[Deployment] = []
-    try:
-        for n in (1, 2):
-            name = f"erasure_{suffix}_{n}"
-            settings = on_database(base, own_database(kafka, name))
-            env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": str(v) for k, v in overrides.items()} | {
-                "EPISTREAM_DATABASE_URL": database_url(settings),
-                "EPISTREAM_DATABASE_ADMIN_URL": admin_database_url(settings),
-                "EPISTREAM_INDEXER_GROUP": f"erasure-{suffix}-{n}"}
-            made.append(Deployment(settings, env, name))
-        yield made[0], made[1]
-    finally:
-        for deployment in made:
-            drop_database(kafka, deployment.name)
+    with deployments(kafka, 2) as made:
+        yield made
 
 
 def test_a_rebuild_from_kafka_into_an_empty_database_does_not_bring_back_a_forgotten_conversation(memories, unique):
@@ -90,17 +40,18 @@ def test_a_rebuild_from_kafka_into_an_empty_database_does_not_bring_back_a_forgo
     said = [("Alice", "I moved to Lisbon last Wednesday."), ("Bob", "Nice!"), ("Alice", "The ferry is lovely.")]
     produce_turns(original.settings, make_turns(tenant, gone, said) + make_turns(tenant, kept, said)
                   + make_turns(tenant, late, said))
-    worker = original.run_ingest(BASE_PORT)
+    worker = original.run("ingest", BASE_PORT)
     try:
         wait_for(lambda: all(original.turns(tenant, c) == 3 for c in (gone, kept, late)), timeout=120,
                  what="the original memory stored")
-        assert original.settings.topic_forgotten in original.forget(tenant, gone)
+        done = original.cli("forget", "--tenant", tenant, "--conversation", gone)
+        assert done.returncode == 0 and original.settings.topic_forgotten in done.stdout, done.stderr
         assert original.turns(tenant, gone) == 0
     finally:
         worker.stop()
 
     # The rebuild: a new group reads memory.turns from its start into an empty database.
-    worker = rebuilt.run_ingest(BASE_PORT + 1)
+    worker = rebuilt.run("ingest", BASE_PORT + 1)
     try:
         wait_for(lambda: rebuilt.turns(tenant, kept) == 3 and rebuilt.turns(tenant, late) == 3, timeout=120,
                  what="the rebuilt memory stored")
@@ -121,7 +72,7 @@ def test_a_rebuild_from_kafka_into_an_empty_database_does_not_bring_back_a_forgo
                                 (tenant, gone)).fetchone() == (1,)
 
         # Forgotten on the original database while the rebuild runs: the rebuilt memory forgets it too.
-        original.forget(tenant, late)
+        assert original.cli("forget", "--tenant", tenant, "--conversation", late).returncode == 0
         wait_for(lambda: rebuilt.turns(tenant, late) == 0, timeout=60, what="the later erasure applied")
         assert rebuilt.turns(tenant, kept) == 3
     finally:

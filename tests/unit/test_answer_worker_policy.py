@@ -24,7 +24,7 @@ def _deps():
 
 
 def _record(value: bytes, offset: int = 7):
-    return SimpleNamespace(topic=SETTINGS.topic_questions, partition=0, offset=offset, key=b"q1", value=value)
+    return SimpleNamespace(topic=SETTINGS.topic_questions, partition=0, offset=offset, key=b"q1", value=value, headers=())
 
 
 def _question(**fields) -> bytes:

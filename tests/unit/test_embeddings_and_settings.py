@@ -41,10 +41,10 @@ def test_length_sorted_batching_restores_the_callers_order(embedder):
 def test_settings_come_from_prefixed_environment(monkeypatch):
     monkeypatch.setenv("EPISTREAM_KAFKA_BOOTSTRAP", "broker:9092")
     monkeypatch.setenv("EPISTREAM_LLM_JSON_MODE", "json_schema")
-    monkeypatch.setenv("EPISTREAM_DATABASE_URL", "postgresql://u:secret@db/x")
+    monkeypatch.setenv("EPISTREAM_DATABASE_URL", "postgresql://u:pw-never-shown@db/x")
     settings = Settings()
     assert settings.kafka_bootstrap == "broker:9092" and settings.llm_json_mode is JsonMode.JSON_SCHEMA
-    assert "secret" not in repr(settings)
+    assert "pw-never-shown" not in repr(settings)
 
 
 def test_lists_and_choices_are_parsed_and_checked_at_start_up(monkeypatch):
@@ -83,7 +83,7 @@ def test_settings_are_the_union_of_disjoint_groups_each_loadable_alone(monkeypat
     from epistream import settings as config
 
     groups = [config.KafkaSettings, config.PostgresSettings, config.ModelSettings, config.SegmentSettings,
-              config.RetrievalSettings, config.WorkerSettings, config.SupervisionSettings]
+              config.RetrievalSettings, config.WorkerSettings, config.SecuritySettings, config.SupervisionSettings]
     names = [name for group in groups for name in group.model_fields]
     assert len(names) == len(set(names)), "a setting belongs to one group"
     assert set(names) == set(config.Settings.model_fields)

@@ -1,0 +1,81 @@
+"""Whole deployments for the tests that run real worker processes: each has its own topics, consumer
+groups and database(s) on the test stack's Kafka and PostgreSQL, and runs the product's own CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from pydantic import SecretStr
+
+from epistream.db import admin_database_url, database_url, on_database
+from epistream.readiness import port_open
+from epistream.settings import Settings
+from epistream.topics import ensure_topics
+from infra.process import ManagedProcess, wait_until
+
+from .conftest import count_turns, drop_database, own_database
+
+BASE_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) + 30  # beside the test stack's ports
+TOPICS = ("turns", "segments", "questions", "answers", "dlq", "forgotten")
+PORT_OF = {"ingest": "EPISTREAM_INGEST_METRICS_PORT", "answer": "EPISTREAM_ANSWER_METRICS_PORT"}
+
+
+@dataclass
+class Deployment:
+    """One memory: its database and the environment of the processes that serve it."""
+
+    settings: Settings
+    env: dict[str, str]
+    name: str
+
+    def run(self, worker: str, port: int) -> ManagedProcess:
+        """`epistream worker <worker>`, waited for until its /metrics answers."""
+        process = ManagedProcess(f"worker-{worker}-{self.name}", self.settings.state_dir)
+        process.spawn([sys.executable, "-m", "epistream.shell.cli", "worker", worker],
+                      env=self.env | {PORT_OF[worker]: str(port)})
+        wait_until(lambda: port_open("127.0.0.1", port), timeout=120, what=f"{worker} worker",
+                   log_file=process.log_file)
+        return process
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "epistream.shell.cli", *args], env=self.env,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    def turns(self, tenant: str, conversation: str) -> int:
+        return count_turns(admin_database_url(self.settings), tenant, conversation)
+
+
+def _as_env(value: object) -> str:
+    return value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+
+
+@contextmanager
+def deployments(kafka: Settings, count: int, **overrides: object) -> Iterator[list[Deployment]]:
+    """`count` deployments on one set of fresh topics (a memory and its rebuilds), each with its own
+    database and consumer groups; `overrides` are settings every process of them gets."""
+    suffix = uuid.uuid4().hex[:8]
+    shared = {f"topic_{t}": f"dep-{suffix}.{t}" for t in TOPICS} | {"turns_partitions": 2,
+                                                                    "questions_partitions": 1} | overrides
+    base = kafka.with_overrides(**shared)
+    asyncio.run(ensure_topics(base))
+    made: list[Deployment] = []
+    try:
+        for n in range(1, count + 1):
+            name = f"dep_{suffix}_{n}"
+            settings = on_database(base, own_database(kafka, name))
+            env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": _as_env(v) for k, v in shared.items()} | {
+                "EPISTREAM_DATABASE_URL": database_url(settings),
+                "EPISTREAM_DATABASE_ADMIN_URL": admin_database_url(settings),
+                "EPISTREAM_INDEXER_GROUP": f"dep-{suffix}-{n}", "EPISTREAM_ANSWER_GROUP": f"dep-{suffix}-answer-{n}"}
+            made.append(Deployment(settings, env, name))
+        yield made
+    finally:
+        for deployment in made:
+            drop_database(kafka, deployment.name)

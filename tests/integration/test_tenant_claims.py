@@ -1,0 +1,96 @@
+"""A tenant claim is checked against who sent it (epistream.claims): with a tenant-key secret set, a
+backend holding tenant A's key gets A's turns stored and A's questions answered, while a turn or a
+question it signs as tenant B, or one nobody signed, is dead-lettered with the reason and nothing
+of it is stored or answered. Real ingest and answer workers, on their own topics and database."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import SecretStr
+
+from epistream.claims import tenant_key
+from epistream.client import produce_raw
+from epistream.contracts import DeadLetter, MemoryContext, Mode, Question
+from tests.support.scripted_llm import ScriptedLLM
+
+from .conftest import read_topic, wait_for
+from .deployments import BASE_PORT, Deployment, deployments
+from .helpers import make_turns
+
+pytestmark = pytest.mark.integration
+
+SECRET = "claims-test-secret-" + "x" * 32
+
+
+def _never_called(body: dict) -> tuple[int, str]:
+    return 500, "the context mode makes no model call"
+
+
+@pytest.fixture(scope="module")
+def guarded(kafka) -> Iterator[Deployment]:
+    with ScriptedLLM(_never_called) as llm, deployments(kafka, 1, tenant_key_secret=SecretStr(SECRET),
+                                                        llm_base_url=llm.base_url) as made:
+        yield made[0]
+
+
+def _letters(deployment: Deployment, key: bytes, want: int) -> list[DeadLetter]:
+    found = asyncio.run(read_topic(deployment.settings, deployment.settings.topic_dlq, lambda k, v: k == key,
+                                   want=want, timeout=60))
+    return [DeadLetter.model_validate_json(r.value) for r in found]
+
+
+def test_a_backend_cannot_write_turns_as_another_tenant(guarded, unique):
+    a, b, conversation = unique("tenant-a"), unique("tenant-b"), unique("conv")
+    key_a = tenant_key(SECRET.encode(), a)
+    own = make_turns(a, conversation, [("Alice", "I moved to Lisbon.")])
+    spoofed = make_turns(b, conversation, [("Mallory", "B's memory says so.")])
+    unsigned = make_turns(b, conversation, [("Mallory", "So does this.")])
+    worker = guarded.run("ingest", BASE_PORT + 5)
+    try:
+        key = conversation.encode()
+        asyncio.run(produce_raw(guarded.settings, [(key, t.to_bytes()) for t in own + spoofed], tenant_key=key_a))
+        # A client without any key (the operator's tools would sign with the secret: not this one).
+        keyless = guarded.settings.with_overrides(tenant_key_secret=None)
+        asyncio.run(produce_raw(keyless, [(key, unsigned[0].to_bytes())]))
+        wait_for(lambda: guarded.turns(a, conversation) == 1, timeout=120, what="A's own turn stored")
+        letters = _letters(guarded, key, want=2)
+    finally:
+        worker.stop()
+    assert sorted(letter.error_message for letter in letters) == [
+        f"tenant claim {b!r} not proven: the epistream-sig header is not {b!r}'s signature of this record",
+        f"tenant claim {b!r} not proven: the record has no epistream-sig header",
+    ]
+    assert {letter.error_class for letter in letters} == {"ClaimRejected"}
+    assert guarded.turns(b, conversation) == 0
+
+
+def test_a_backend_cannot_ask_as_another_tenant(guarded, unique):
+    a, b = unique("tenant-a"), unique("tenant-b")
+    key_a = tenant_key(SECRET.encode(), a)
+
+    def question(tenant: str) -> Question:
+        return Question(question_id=f"q-{uuid.uuid4()}", tenant=tenant, question="Where did Alice move?",
+                        mode=Mode.CONTEXT, asked_at=datetime(2024, 4, 1, tzinfo=UTC))
+
+    own, spoofed = question(a), question(b)
+    worker = guarded.run("answer", BASE_PORT + 6)
+    try:
+        asyncio.run(produce_raw(guarded.settings, [(q.question_id.encode(), q.to_bytes()) for q in (spoofed, own)],
+                                topic=guarded.settings.topic_questions, tenant_key=key_a))
+        answered = asyncio.run(read_topic(guarded.settings, guarded.settings.topic_answers,
+                                          lambda k, v: k == own.question_id.encode(), timeout=90))
+        letters = _letters(guarded, spoofed.question_id.encode(), want=1)
+        # The spoofed question was before A's on the one partition: by now it has had its turn.
+        replies = asyncio.run(read_topic(guarded.settings, guarded.settings.topic_answers,
+                                         lambda k, v: k == spoofed.question_id.encode(), timeout=2))
+    finally:
+        worker.stop()
+    assert len(answered) == 1 and MemoryContext.from_bytes(answered[0].value).tenant == a
+    assert [letter.error_class for letter in letters] == ["ClaimRejected"]
+    assert f"tenant claim {b!r} not proven" in letters[0].error_message
+    assert replies == [], "nothing goes back to the claimed tenant's replies"

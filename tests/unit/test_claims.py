@@ -1,0 +1,48 @@
+"""Tenant claims: a tenant's key signs only for that tenant, a signature binds the exact bytes, and
+without a secret nothing is checked (pure logic; the workers' use of it is tested on the real stack
+in tests/integration/test_tenant_claims.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from epistream.claims import HEADER, ClaimCheck, ClaimRejected, header_pairs, signed_headers, tenant_key
+
+SECRET = b"s" * 32
+VALUE = b'{"tenant": "acme", "text": "hello"}'
+
+
+def test_a_tenants_own_signature_is_accepted():
+    ClaimCheck(SECRET).verify("acme", VALUE, signed_headers(tenant_key(SECRET, "acme"), VALUE))
+
+
+@pytest.mark.parametrize(("headers", "why"), [
+    ([], "has no epistream-sig header"),
+    (signed_headers(tenant_key(SECRET, "globex"), VALUE), "is not 'acme''s signature"),  # another tenant's key
+    (signed_headers(tenant_key(b"t" * 32, "acme"), VALUE), "is not 'acme''s signature"),  # another deployment's
+    (signed_headers(tenant_key(SECRET, "acme"), VALUE + b" "), "is not 'acme''s signature"),  # other bytes
+    ([(HEADER, b"v1=" + b"0" * 64)], "is not 'acme''s signature"),
+    ([(HEADER, b"garbage")], "is not 'acme''s signature"),
+])
+def test_a_claim_not_proven_is_rejected_with_the_reason(headers, why):
+    with pytest.raises(ClaimRejected, match=why):
+        ClaimCheck(SECRET).verify("acme", VALUE, headers)
+
+
+def test_keys_differ_per_tenant_and_names_cannot_be_spliced():
+    assert tenant_key(SECRET, "acme") != tenant_key(SECRET, "acme2")
+    assert len({tenant_key(SECRET, t) for t in ("a", "b", "ab", "a\x00b")}) == 4
+
+
+def test_without_a_secret_claims_are_trusted_and_the_workers_sign_nothing():
+    check = ClaimCheck(None)
+    check.verify("acme", VALUE, [])
+    assert not check.enforced and check.headers_for("acme", VALUE) == []
+    with pytest.raises(ClaimRejected, match="EPISTREAM_TENANT_KEY_SECRET"):
+        check.key("acme")
+
+
+def test_headers_read_the_same_from_pairs_and_from_a_mapping():
+    assert header_pairs([("a", b"1"), ("b", None)]) == (("a", b"1"),)
+    assert header_pairs({"a": b"1"}) == (("a", b"1"),)
+    assert header_pairs(None) == ()
