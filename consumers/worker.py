@@ -36,6 +36,7 @@ from epistream.kafka_io import (
     worker_client_id,
 )
 from epistream.metrics import Metrics
+from epistream.replies import check_own_reply_topic, tenant_reply_topic
 from epistream.resources import Resources
 from epistream.retry import BLOCKING, retry
 from epistream.settings import Settings
@@ -77,23 +78,31 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
     async def letter(key: bytes | None, value: bytes) -> None:
         outcome.messages.append((settings.topic_dlq, key, value))
 
+    claims = ClaimCheck.from_settings(settings)
     try:
         question = decode(record.value, Question, what="memory.questions event")
         # A claim not proven gets no answer at all: a failed one would still reach the claimed tenant.
-        ClaimCheck.from_settings(settings).verify(question.tenant, record.value or b"", header_pairs(record.headers))
-    except Exception as exc:  # not a question, or not proven its tenant's (or one that breaks the decoder)
+        claims.verify(question.tenant, record.value or b"", header_pairs(record.headers))
+        fallback = settings.topic_answers
+        if claims.enforced:  # each tenant hears back on its own topic only
+            fallback = tenant_reply_topic(settings.topic_answers, question.tenant)
+            check_own_reply_topic(question.reply_topic, fallback)
+            if not await topics.exists(fallback):
+                raise UnknownReplyTopic(f"tenant {question.tenant!r} has no reply topic {fallback!r}: "
+                                        "onboard the tenant first")
+    except Exception as exc:  # not a question, not proven its tenant's, or nowhere of its tenant's to reply
         await dead_letter(letter, deps.metrics, record, stage=STAGE, error=exc)
         return outcome
     started = time.perf_counter()
-    destination = settings.topic_answers
+    destination = fallback
 
     async def attempt() -> Reply:
         nonlocal destination
-        destination = settings.topic_answers
+        destination = fallback
         if question.reply_topic is not None:
             if not await topics.exists(question.reply_topic):
                 raise UnknownReplyTopic(f"reply_topic {question.reply_topic!r} does not exist; "
-                                        f"the failed answer went to {settings.topic_answers}")
+                                        f"the failed answer went to {fallback}")
             destination = question.reply_topic
         if question.mode is Mode.CONTEXT:
             return await read_context(question, deps)

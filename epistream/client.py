@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from .claims import ClaimCheck, signed_headers
 from .contracts import CONTEXT_BUDGET_DEFAULT, Answer, MemoryContext, Mode, Question, decode, validated
 from .kafka_io import create_producer, partitions_of
+from .replies import tenant_reply_topic
 from .settings import Settings
 
 
@@ -96,6 +97,8 @@ async def context(
 async def _request(settings: Settings, question: Question, timeout_s: float, tenant_key: bytes | None) -> bytes:
     """Produce a question and return the value of its reply (keyed by its id) on the reply topic."""
     reply_topic = question.reply_topic or settings.topic_answers
+    if question.reply_topic is None and (tenant_key is not None or ClaimCheck.from_settings(settings).enforced):
+        reply_topic = tenant_reply_topic(settings.topic_answers, question.tenant)  # where checked claims reply
     # read_committed: an answer from an aborted transaction (its worker died or lost the question) is never seen.
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, group_id=None,
                                 isolation_level="read_committed")

@@ -16,6 +16,8 @@ from pydantic import SecretStr
 from epistream.claims import tenant_key
 from epistream.client import produce_raw
 from epistream.contracts import DeadLetter, MemoryContext, Mode, Question
+from epistream.replies import tenant_reply_topic
+from epistream.topics import create_topic
 from tests.support.scripted_llm import ScriptedLLM
 
 from .conftest import read_topic, wait_for
@@ -69,28 +71,38 @@ def test_a_backend_cannot_write_turns_as_another_tenant(guarded, unique):
     assert guarded.turns(b, conversation) == 0
 
 
-def test_a_backend_cannot_ask_as_another_tenant(guarded, unique):
-    a, b = unique("tenant-a"), unique("tenant-b")
+def test_a_backend_cannot_ask_as_another_tenant_nor_read_its_replies(guarded, unique):
+    a, b, c = unique("tenant-a"), unique("tenant-b"), unique("tenant-c")
+    settings = guarded.settings
     key_a = tenant_key(SECRET.encode(), a)
+    topic_a, topic_b = (tenant_reply_topic(settings.topic_answers, t) for t in (a, b))
+    for topic in (topic_a, topic_b):  # onboarded: A and B have reply topics, C has none
+        asyncio.run(create_topic(settings, topic))
 
-    def question(tenant: str) -> Question:
+    def question(tenant: str, **fields) -> Question:
         return Question(question_id=f"q-{uuid.uuid4()}", tenant=tenant, question="Where did Alice move?",
-                        mode=Mode.CONTEXT, asked_at=datetime(2024, 4, 1, tzinfo=UTC))
+                        mode=Mode.CONTEXT, asked_at=datetime(2024, 4, 1, tzinfo=UTC), **fields)
 
-    own, spoofed = question(a), question(b)
+    spoofed, to_b, own = question(b), question(a, reply_topic=topic_b), question(a)
+    not_onboarded = question(c)
     worker = guarded.run("answer", BASE_PORT + 6)
     try:
-        asyncio.run(produce_raw(guarded.settings, [(q.question_id.encode(), q.to_bytes()) for q in (spoofed, own)],
-                                topic=guarded.settings.topic_questions, tenant_key=key_a))
-        answered = asyncio.run(read_topic(guarded.settings, guarded.settings.topic_answers,
-                                          lambda k, v: k == own.question_id.encode(), timeout=90))
-        letters = _letters(guarded, spoofed.question_id.encode(), want=1)
-        # The spoofed question was before A's on the one partition: by now it has had its turn.
-        replies = asyncio.run(read_topic(guarded.settings, guarded.settings.topic_answers,
-                                         lambda k, v: k == spoofed.question_id.encode(), timeout=2))
+        asyncio.run(produce_raw(settings, [(q.question_id.encode(), q.to_bytes()) for q in (spoofed, to_b, own)],
+                                topic=settings.topic_questions, tenant_key=key_a))
+        asyncio.run(produce_raw(settings, [(not_onboarded.question_id.encode(), not_onboarded.to_bytes())],
+                                topic=settings.topic_questions, tenant_key=tenant_key(SECRET.encode(), c)))
+        answered = asyncio.run(read_topic(settings, topic_a, lambda k, v: k == own.question_id.encode(), timeout=90))
+        letters = {q.question_id: _letters(guarded, q.question_id.encode(), want=1)
+                   for q in (spoofed, to_b, not_onboarded)}
+        # The others were before A's own question on the one partition: by now each has had its turn.
+        elsewhere = [asyncio.run(read_topic(settings, topic, lambda k, v: True, timeout=2))
+                     for topic in (topic_b, settings.topic_answers)]
     finally:
         worker.stop()
     assert len(answered) == 1 and MemoryContext.from_bytes(answered[0].value).tenant == a
-    assert [letter.error_class for letter in letters] == ["ClaimRejected"]
-    assert f"tenant claim {b!r} not proven" in letters[0].error_message
-    assert replies == [], "nothing goes back to the claimed tenant's replies"
+    assert [(x.error_class, x.error_message) for x in letters[spoofed.question_id]] == [
+        ("ClaimRejected", f"tenant claim {b!r} not proven: the epistream-sig header is not {b!r}'s signature "
+                          "of this record")]
+    assert [x.error_class for x in letters[to_b.question_id]] == ["ForeignReplyTopic"]
+    assert [x.error_class for x in letters[not_onboarded.question_id]] == ["UnknownReplyTopic"]
+    assert elsewhere == [[], []], "nothing reaches B's replies or the shared answers topic"

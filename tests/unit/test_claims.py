@@ -46,3 +46,21 @@ def test_headers_read_the_same_from_pairs_and_from_a_mapping():
     assert header_pairs([("a", b"1"), ("b", None)]) == (("a", b"1"),)
     assert header_pairs({"a": b"1"}) == (("a", b"1"),)
     assert header_pairs(None) == ()
+
+
+def test_a_tenants_reply_topic_is_its_name_when_kafka_takes_it_and_a_hash_otherwise():
+    from epistream.contracts import Question
+    from epistream.replies import ForeignReplyTopic, check_own_reply_topic, tenant_reply_topic
+
+    assert tenant_reply_topic("memory.answers", "acme-eu_1") == "memory.answers.acme-eu_1"
+    for unsafe in ("a b", "ü", "..", "a..b", ".x", "x" * 200):
+        topic = tenant_reply_topic("memory.answers", unsafe)
+        assert topic.startswith("memory.answers.t-") and len(topic) == len("memory.answers.t-") + 32
+        Question(question_id="q", tenant="t", question="?", reply_topic=topic)  # a name Kafka takes
+    own = tenant_reply_topic("memory.answers", "acme")
+    check_own_reply_topic(None, own)
+    check_own_reply_topic(own, own)
+    check_own_reply_topic(own + ".agent-7", own)
+    for foreign in ("memory.answers", "memory.answers.acme2", "memory.answers.acme-x", "other.acme"):
+        with pytest.raises(ForeignReplyTopic, match="is not the tenant's"):
+            check_own_reply_topic(foreign, own)
