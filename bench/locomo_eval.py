@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from pydantic import SecretStr
 
 from epistream.contracts import Answer, Mode, Question
+from epistream.kafka_io import create_consumer
 from epistream.readiness import StoreState, WaitTimeout, store_state_async, wait_for_enrichment_async
 from epistream.settings import JsonMode, Settings
 from epistream.sources import LocomoQA, LocomoSample, load_locomo
@@ -266,9 +267,8 @@ class Replies:
     """Reads the run's reply topic from its start and hands each answer to whoever awaits its question id."""
 
     def __init__(self, settings: Settings, topic: str) -> None:
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None,
-                                          enable_auto_commit=False, auto_offset_reset="earliest",
-                                          isolation_level="read_committed")  # answers are transactional
+        self._consumer = create_consumer(settings, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
+                                         isolation_level="read_committed")  # answers are transactional
         self._topic = topic
         self._waiting: dict[str, asyncio.Future] = {}
         self._early: dict[str, tuple[Answer, float]] = {}

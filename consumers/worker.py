@@ -29,6 +29,7 @@ from epistream.kafka_io import (
     Outgoing,
     PartitionProducers,
     TopicDirectory,
+    create_consumer,
     dead_letter,
     publish_transaction,
     record_size,
@@ -262,9 +263,9 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
                                max_tokens=settings.assistant_max_tokens)
     deps = AnswerDeps(settings=settings, pool=shared.pool, embedder=shared.embedder, master=shared.model("master"),
                       metrics=metrics, assistants=assistants, recipes=from_settings(settings))
-    consumer = AIOKafkaConsumer(
+    consumer = create_consumer(
+        settings,
         settings.topic_questions,
-        bootstrap_servers=settings.kafka_bootstrap,
         group_id=settings.answer_group,
         client_id=worker_client_id("answer"),
         enable_auto_commit=False,  # offsets are committed inside each question's transaction

@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from .claims import ClaimCheck, signed_headers
 from .contracts import CONTEXT_BUDGET_DEFAULT, Answer, MemoryContext, Mode, Question, decode, validated
-from .kafka_io import create_producer, partitions_of
+from .kafka_io import create_consumer, create_producer, partitions_of
 from .replies import tenant_reply_topic
 from .settings import Settings
 
@@ -100,8 +100,7 @@ async def _request(settings: Settings, question: Question, timeout_s: float, ten
     if question.reply_topic is None and (tenant_key is not None or ClaimCheck.from_settings(settings).enforced):
         reply_topic = tenant_reply_topic(settings.topic_answers, question.tenant)  # where checked claims reply
     # read_committed: an answer from an aborted transaction (its worker died or lost the question) is never seen.
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, group_id=None,
-                                isolation_level="read_committed")
+    consumer = create_consumer(settings, enable_auto_commit=False, group_id=None, isolation_level="read_committed")
     await _start(consumer)
     producer = create_producer(settings)
     try:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from pydantic import ValidationError
 
 from .contracts import ForgetRecord
-from .kafka_io import create_producer, partitions_of
+from .kafka_io import create_consumer, create_producer, partitions_of
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -43,8 +43,7 @@ async def read_forgotten(settings: Settings) -> list[ForgetRecord]:
     """Every record of the topic, from its start to the end it had when the read began."""
     partitions = [TopicPartition(settings.topic_forgotten, p)
                   for p in await partitions_of(settings, settings.topic_forgotten)]
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None,
-                                enable_auto_commit=False, isolation_level="read_committed")
+    consumer = create_consumer(settings, group_id=None, enable_auto_commit=False, isolation_level="read_committed")
     await consumer.start()
     try:
         consumer.assign(partitions)

@@ -26,12 +26,18 @@ from enum import StrEnum
 
 import openai
 import psycopg
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import TopicPartition
 from pydantic import BaseModel
 
 from .db import database_url
-from .kafka_io import create_producer, group_members, worker_client_id, worker_client_prefix
+from .kafka_io import (
+    create_admin,
+    create_consumer,
+    create_producer,
+    group_members,
+    worker_client_id,
+    worker_client_prefix,
+)
 from .llm import create_client, endpoint_name, response_format
 from .metrics import read_samples
 from .settings import Settings
@@ -97,7 +103,7 @@ async def _timed(service: str, timeout_s: float, work: Callable[[], Awaitable[tu
 
 async def probe_kafka(settings: Settings) -> Probe:
     async def work() -> tuple[Health, str]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5_000)
+        admin = create_admin(settings, request_timeout_ms=5_000)
         try:
             await admin.start()
             topics = set(await admin.list_topics())
@@ -107,8 +113,7 @@ async def probe_kafka(settings: Settings) -> Probe:
             await ensure_topics(settings, timeout_s=5.0)
         token = uuid.uuid4().hex.encode()
         producer = create_producer(settings)
-        consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None,
-                                    enable_auto_commit=False)
+        consumer = create_consumer(settings, group_id=None, enable_auto_commit=False)
         try:
             await producer.start()
             await consumer.start()

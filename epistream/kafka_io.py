@@ -1,4 +1,4 @@
-"""Kafka plumbing shared by every process: topics, producers, dead letters."""
+"""Kafka plumbing shared by every process: clients built from one set of options, topics, producers, dead letters."""
 
 from __future__ import annotations
 
@@ -6,15 +6,17 @@ import hashlib
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+from aiokafka.helpers import create_ssl_context
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from .contracts import DeadLetter
@@ -42,7 +44,7 @@ class GroupMember:
 
 async def group_members(settings: Settings, group: str) -> tuple[str, list[GroupMember]]:
     """The group's state (Stable, PreparingRebalance, Empty, Dead ...) and its members."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5_000)
+    admin = create_admin(settings, request_timeout_ms=5_000)
     try:
         await admin.start()
         described = await admin.describe_consumer_groups([group])
@@ -66,13 +68,67 @@ def _assigned_partitions(assignment: bytes) -> int:
         return 0
 
 
-def create_producer(settings: Settings) -> AIOKafkaProducer:
-    # acks=all + idempotence: no duplicates from producer retries.
+# --- every Kafka client is built here: one set of connection options (address, SASL, TLS) ----------
+
+
+def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    if settings.kafka_security_protocol not in ("SSL", "SASL_SSL"):
+        return None
+    cafile = str(settings.kafka_ssl_cafile) if settings.kafka_ssl_cafile is not None else None
+    return create_ssl_context(cafile=cafile)
+
+
+def kafka_options(settings: Settings) -> dict[str, object]:
+    """The connection options every aiokafka client gets: the bootstrap servers and, when secured,
+    the protocol, the SASL login and the TLS context."""
+    options: dict[str, object] = {"bootstrap_servers": settings.kafka_bootstrap}
+    protocol = settings.kafka_security_protocol
+    if protocol == "PLAINTEXT":
+        return options
+    options["security_protocol"] = protocol
+    if protocol.startswith("SASL_"):
+        assert settings.kafka_password is not None  # the settings refuse SASL without a login
+        # aiokafka names them sasl_plain_* for the SCRAM mechanisms too.
+        options["sasl_mechanism"] = settings.kafka_sasl_mechanism
+        options["sasl_plain_username"] = settings.kafka_username
+        options["sasl_plain_password"] = settings.kafka_password.get_secret_value()
+    context = _ssl_context(settings)
+    if context is not None:
+        options["ssl_context"] = context
+    return options
+
+
+def faust_broker_options(settings: Settings) -> dict[str, object]:
+    """faust.App's broker arguments: the broker URL and, when secured, its credentials."""
+    import faust  # here: only the Faust workers pay for importing it
+
+    options: dict[str, object] = {"broker": f"kafka://{settings.kafka_bootstrap}"}
+    protocol = settings.kafka_security_protocol
+    context = _ssl_context(settings)
+    if protocol.startswith("SASL_"):
+        assert settings.kafka_password is not None  # the settings refuse SASL without a login
+        # Faust takes SASL_SSL from the presence of the context.
+        options["broker_credentials"] = faust.SASLCredentials(
+            username=settings.kafka_username, password=settings.kafka_password.get_secret_value(),
+            mechanism=settings.kafka_sasl_mechanism, ssl_context=context,
+        )
+    elif context is not None:
+        options["broker_credentials"] = faust.SSLCredentials(context)
+    return options
+
+
+def create_consumer(settings: Settings, *topics: str, **kwargs: Any) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(*topics, **kafka_options(settings), **kwargs)
+
+
+def create_admin(settings: Settings, **kwargs: Any) -> AIOKafkaAdminClient:
+    return AIOKafkaAdminClient(**kafka_options(settings), **kwargs)
+
+
+def create_producer(settings: Settings, **kwargs: Any) -> AIOKafkaProducer:
+    """An idempotent producer (acks=all: no duplicates from retries) unless kwargs say otherwise."""
     return AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap,
-        acks="all",
-        enable_idempotence=True,
-        linger_ms=5,
+        **{"acks": "all", "enable_idempotence": True, "linger_ms": 5, **kwargs}, **kafka_options(settings),
     )
 
 
@@ -104,8 +160,7 @@ class PartitionProducers:
         committed offset: the producer's start is what settles the previous owner's transaction)."""
         if consumed in self._producers:
             return self._producers[consumed], False
-        producer = AIOKafkaProducer(bootstrap_servers=self._settings.kafka_bootstrap, acks="all",
-                                    transactional_id=transactional_id(self._group, consumed), linger_ms=5)
+        producer = create_producer(self._settings, transactional_id=transactional_id(self._group, consumed))
         try:
             await producer.start()
         except BaseException:
@@ -290,7 +345,7 @@ async def dead_letter(
 
 async def partitions_of(settings: Settings, topic: str) -> list[int]:
     """The partition numbers of a topic, from the broker's metadata."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = create_admin(settings)
     await admin.start()
     try:
         described = await admin.describe_topics([topic])
@@ -301,8 +356,8 @@ async def partitions_of(settings: Settings, topic: str) -> list[int]:
 
 async def consumer_lag(settings: Settings, group: str, topics: list[str]) -> dict[str, int]:
     """Per topic, how far `group`'s committed offsets trail the end of the log."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False)
+    admin = create_admin(settings)
+    consumer = create_consumer(settings, group_id=None, enable_auto_commit=False)
     await admin.start()
     await consumer.start()
     try:

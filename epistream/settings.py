@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "EPISTREAM_"
@@ -68,7 +68,30 @@ class KafkaSettings(BaseSettings):
         10.0, ge=6.0, le=300.0,
         description="How long a silent worker keeps its partitions in its consumer group (heartbeats every third of it).",
     )
+    kafka_security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"] = Field(
+        "PLAINTEXT", description="How every Kafka client connects: PLAINTEXT, SASL_PLAINTEXT, SASL_SSL or SSL.",
+    )
+    kafka_sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] = Field(
+        "SCRAM-SHA-512", description="SASL mechanism of the SASL protocols.",
+    )
+    kafka_username: str | None = Field(None, description="SASL user name (required by the SASL protocols).")
+    kafka_password: SecretStr | None = Field(None, description="SASL password (required by the SASL protocols).")
+    kafka_ssl_cafile: Path | None = Field(
+        None, description="CA bundle that signed the broker's certificate (SSL, SASL_SSL). Unset: the system's.",
+    )
     topic_turns: str = "memory.turns"
+
+    @model_validator(mode="after")
+    def _sasl_login(self) -> Self:
+        # Refused at start-up with the variables named, not later by aiokafka when a client is built.
+        if self.kafka_security_protocol.startswith("SASL_") and not (
+            self.kafka_username and self.kafka_password and self.kafka_password.get_secret_value()
+        ):
+            raise ValueError(
+                f"EPISTREAM_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} needs EPISTREAM_KAFKA_USERNAME "
+                "and EPISTREAM_KAFKA_PASSWORD"
+            )
+        return self
 
     @field_validator("turns_retention_days", "dlq_retention_days", "topic_retention_days")
     @classmethod
@@ -342,5 +365,7 @@ def load_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        problems = [f"{ENV_PREFIX}{str(err['loc'][0]).upper()}: {err['msg']}" for err in exc.errors()]
+        # A model validator's error has no field (loc is empty): its message names the variables itself.
+        problems = [f"{ENV_PREFIX}{str(err['loc'][0]).upper()}: {err['msg']}" if err["loc"] else err["msg"]
+                    for err in exc.errors()]
         raise SettingsError("invalid configuration:\n  " + "\n  ".join(problems)) from None

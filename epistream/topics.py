@@ -8,13 +8,13 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 
 from .errors import ServiceError
-from .kafka_io import partitions_of
+from .kafka_io import create_admin, create_consumer, partitions_of
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ async def ensure_topics(settings: Settings, *, timeout_s: float = 60.0) -> list[
     """Create missing topics; return the names created. Retries while the broker warms up."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
+        admin = create_admin(settings, request_timeout_ms=10_000)
         try:
             await admin.start()
             existing = set(await admin.list_topics())
@@ -128,7 +128,7 @@ async def ensure_topics(settings: Settings, *, timeout_s: float = 60.0) -> list[
 
 async def create_topic(settings: Settings, name: str, *, partitions: int = 1, timeout_s: float = 10.0) -> None:
     """Create one topic (an existing one is fine) and wait until the broker's metadata lists its partitions."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
+    admin = create_admin(settings, request_timeout_ms=10_000)
     await admin.start()
     try:
         try:
@@ -146,7 +146,7 @@ async def create_topic(settings: Settings, name: str, *, partitions: int = 1, ti
 
 
 async def delete_topics(settings: Settings, names: list[str]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
+    admin = create_admin(settings, request_timeout_ms=10_000)
     await admin.start()
     try:
         await admin.delete_topics(names)
@@ -157,7 +157,7 @@ async def delete_topics(settings: Settings, names: list[str]) -> None:
 async def log_offsets(settings: Settings, topic: str) -> dict[int, tuple[int, int]]:
     """Per partition, the log's (start, end) offsets: end - start messages are held."""
     partitions = [TopicPartition(topic, p) for p in await partitions_of(settings, topic)]
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False)
+    consumer = create_consumer(settings, group_id=None, enable_auto_commit=False)
     await consumer.start()
     try:
         starts = await consumer.beginning_offsets(partitions)
@@ -171,7 +171,7 @@ async def delete_records(settings: Settings, topic: str, before: dict[int, int])
     """Delete each partition's messages below the given offset (Kafka's DeleteRecords: the log start moves up)."""
     if not before:
         return
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = create_admin(settings)
     await admin.start()
     try:
         await admin.delete_records({TopicPartition(topic, p): RecordsToDelete(offset) for p, offset in before.items()})

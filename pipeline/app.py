@@ -14,7 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 from epistream.claims import ClaimCheck
 from epistream.embeddings import Embedder
 from epistream.erasure import parse_forgotten
-from epistream.kafka_io import report_lag, worker_client_id
+from epistream.kafka_io import faust_broker_options, report_lag, worker_client_id
 from epistream.metrics import Metrics
 from epistream.resources import Resources
 from epistream.settings import Settings
@@ -64,7 +64,7 @@ class IndexerResources(Service):
 def create_app(settings: Settings, metrics: Metrics) -> faust.App:
     app = faust.App(
         settings.indexer_group,
-        broker=f"kafka://{settings.kafka_bootstrap}",
+        **faust_broker_options(settings),
         broker_client_id=worker_client_id("ingest"),  # how health checks find this process in the group
         store="memory://",
         web_enabled=False,

@@ -13,7 +13,7 @@ from mode import Service
 
 from epistream.contracts import Segment, decode
 from epistream.errors import ContractError
-from epistream.kafka_io import dead_letter, report_lag, worker_client_id
+from epistream.kafka_io import dead_letter, faust_broker_options, report_lag, worker_client_id
 from epistream.metrics import Metrics
 from epistream.resources import Resources
 from epistream.retry import Backoff
@@ -64,7 +64,7 @@ class EnrichResources(Service):
 def create_app(settings: Settings, metrics: Metrics) -> faust.App:
     app = faust.App(
         settings.enrich_group,
-        broker=f"kafka://{settings.kafka_bootstrap}",
+        **faust_broker_options(settings),
         broker_client_id=worker_client_id("enrich"),  # how health checks find this process in the group
         store="memory://",
         web_enabled=False,

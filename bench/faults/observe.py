@@ -12,11 +12,12 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 from psycopg import sql
 
 from epistream.contracts import DeadLetter
+from epistream.kafka_io import create_consumer
 from epistream.settings import Settings
 from epistream.topics import log_offsets
 
@@ -32,8 +33,7 @@ async def read_since(settings: Settings, topic: str, start: dict[int, int], *, k
                      timeout_s: float = 120.0) -> list[ConsumerRecord]:
     """Every record of `topic` from `start` to the current end (committed records only), optionally
     only those with one of `keys`."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False,
-                                isolation_level="read_committed")
+    consumer = create_consumer(settings, group_id=None, enable_auto_commit=False, isolation_level="read_committed")
     await consumer.start()
     found: list[ConsumerRecord] = []
     try:

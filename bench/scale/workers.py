@@ -35,13 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from epistream.contracts import Mode, Question, Turn
 from epistream.db import admin_database_url
 from epistream.health import worker_group
-from epistream.kafka_io import create_producer, partitions_of, worker_client_id
+from epistream.kafka_io import create_admin, create_producer, partitions_of, worker_client_id
 from epistream.metrics import read_samples, sample_sum
 from epistream.readiness import poll
 from epistream.settings import Settings
@@ -106,7 +105,7 @@ def spawn(settings: Settings, log: FaultLog, worker: str, offset: int) -> Member
 
 async def group_view(settings: Settings, group: str, topic: str) -> tuple[str, dict[str, list[int]]]:
     """The group's state and each member's partitions of `topic`, by client id."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5_000)
+    admin = create_admin(settings, request_timeout_ms=5_000)
     await admin.start()
     try:
         responses = await admin.describe_consumer_groups([group])

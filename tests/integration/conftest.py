@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
@@ -59,7 +59,7 @@ for _name, _value in TEST_ENV.items():
     os.environ.setdefault(_name, _value)
 
 from epistream.db import admin_database_url, apply_migrations, create_pool, on_database
-from epistream.kafka_io import partitions_of
+from epistream.kafka_io import create_consumer, partitions_of
 from epistream.readiness import stored_turns, wait_until
 from epistream.settings import Settings
 from infra import services, supervisor
@@ -211,8 +211,7 @@ async def read_topic(settings: Settings, topic: str, match: Callable[[bytes | No
                      *, want: int = 1, timeout: float = 60.0) -> list:
     """Read a topic from the beginning (no group) until `want` records match; only committed records
     (the answer worker writes in transactions: an aborted answer is no answer)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, group_id=None,
-                                isolation_level="read_committed")
+    consumer = create_consumer(settings, enable_auto_commit=False, group_id=None, isolation_level="read_committed")
     await consumer.start()
     found = []
     try:

@@ -19,12 +19,12 @@ from datetime import UTC, datetime
 
 import psycopg
 import pytest
-from aiokafka import AIOKafkaConsumer
 from psycopg import sql
 
 from epistream.client import produce_raw
 from epistream.contracts import Answer, DeadLetter, Mode, Question
 from epistream.db import APP_ROLE, admin_database_url, database_url, on_database
+from epistream.kafka_io import create_consumer
 from epistream.readiness import port_open
 from epistream.settings import Settings
 from epistream.topics import ensure_topics
@@ -226,7 +226,7 @@ def test_a_question_with_an_illegal_reply_topic_is_dead_lettered(answer_env, wor
 
 
 async def _topics(settings: Settings) -> set[str]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap)
+    consumer = create_consumer(settings)
     await consumer.start()
     try:
         return await consumer.topics()

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from epistream.db import admin_database_url
+from epistream.kafka_io import create_admin
 from epistream.metrics import read_samples, sample_sum
 from epistream.settings import Settings
 from epistream.topics import _topic_configs, ensure_topics
@@ -81,7 +81,7 @@ def test_a_rebuild_from_kafka_into_an_empty_database_does_not_bring_back_a_forgo
 
 def _configs(settings: Settings, topic: str) -> dict[str, tuple[str, bool]]:
     async def go() -> dict[str, tuple[str, bool]]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+        admin = create_admin(settings)
         await admin.start()
         try:
             return _topic_configs(await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)]))[topic]
@@ -103,7 +103,7 @@ def test_topic_retention_follows_the_settings_on_create_and_on_every_start(kafka
 
     # An operator's own setting on a topic survives a change of retention.
     async def set_max_bytes() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+        admin = create_admin(settings)
         await admin.start()
         try:
             await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, settings.topic_dlq, configs={
