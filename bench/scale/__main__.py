@@ -28,6 +28,7 @@ from ..workload_scale import PRESETS, WorkloadSpec, conversation_questions
 from .disk import disk_usage, postgres_settings
 from .load import grow, grow_bulk, prepare
 from .plot import plot
+from .projection import project
 from .reads import Case, Deps, exact_pool, measure_case
 from .vectors import CHUNK, DEFAULT_DIR, VectorStore
 
@@ -149,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     with scratch_database(settings, "scale_bench", start_postgres=args.start_postgres, keep=args.keep) as url:
         report = run(args, settings, url)
+    if len(report["points"]) > 1:
+        report["projection"] = project(report, 10 * report["points"][-1]["turns"])
     write_results(args.out, report, plot)
     return 0
 

@@ -17,6 +17,14 @@ def plot(report: dict, out: Path) -> None:
     for case in points[0]["reads"]:
         for stat, style in (("p50_ms", "-o"), ("p95_ms", "--o")):
             reads.plot(turns, [p["reads"][case][stat] for p in points], style, label=f"{case} {stat[:3]}")
+    projected = report.get("projection")
+    if projected:  # dotted, from the last measured size: a projection, not a measurement
+        ends = [turns[-1], projected["turns"]]
+        for case, stats in projected["reads"].items():
+            for stat, figure in stats.items():
+                reads.plot(ends, [points[-1]["reads"][case][stat], figure["value"]], ":", color="grey", linewidth=0.8)
+        disk.plot(ends, [points[-1]["disk"]["bytes_per_turn"], projected["bytes_per_turn"]["value"]], ":",
+                  color="grey", linewidth=0.8, label=f"projected to {projected['turns']:,}")
     reads.axhline(50, color="grey", linewidth=0.8, linestyle=":", label="goal p95 50 ms")
     reads.set(title=f"context read ({report['budget_tokens']} tokens)", ylabel="ms per read")
     load.plot(turns, [1000 / p["load"]["rows_per_s"] for p in points], "-o", label="COPY into memory.turns")
