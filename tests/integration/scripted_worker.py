@@ -13,8 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import SecretStr
-
+from epistream.db import database_url, on_database
 from epistream.readiness import port_open
 from epistream.settings import Settings
 from epistream.topics import ensure_topics
@@ -50,7 +49,6 @@ def scripted_worker(stack: Settings, script: Callable[[dict], Reply], *, metrics
     url = own_database(stack, database)
     server = ScriptedLLM(script).__enter__()
     own = {
-        "database_url": url,
         "topic_turns": f"{name}-{suffix}.turns", "topic_segments": f"{name}-{suffix}.segments",
         "topic_questions": f"{name}-{suffix}.questions", "topic_answers": f"{name}-{suffix}.answers",
         "topic_dlq": f"{name}-{suffix}.dlq", "indexer_group": f"{name}-{suffix}",
@@ -60,9 +58,10 @@ def scripted_worker(stack: Settings, script: Callable[[dict], Reply], *, metrics
         "answer_metrics_port": metrics_port + PORT_OFFSET["answer"],
         "extractor_base_url": server.base_url, "llm_max_retries": 1,
     } | (overrides or {})
-    settings = stack.with_overrides(**(own | {"database_url": SecretStr(url)}))
+    settings = on_database(stack.with_overrides(**own), url)  # the workers log in as epistream_worker
     asyncio.run(ensure_topics(settings))
-    env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": str(v) for k, v in own.items()}
+    env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": str(v) for k, v in own.items()} | {
+        "EPISTREAM_DATABASE_URL": database_url(settings), "EPISTREAM_DATABASE_ADMIN_URL": url}
     running = Scripted(settings, url, {}, server)
     try:
         for worker in workers:
