@@ -160,6 +160,48 @@ def _check_formatted_by(kafka_dir: Path, version: str) -> None:
         )
 
 
+def _sasl(settings: Settings) -> bool:
+    return settings.kafka_security_protocol == "SASL_PLAINTEXT"
+
+
+def _security_properties(settings: Settings, host: str, port: int) -> str:
+    """With SASL_PLAINTEXT: the client listener speaks SASL (SCRAM), an authorizer checks every request
+    against ACLs and refuses what none allows, and the workers' user is the super user. The
+    controller listener stays on loopback without SASL (its principal, ANONYMOUS, is the broker itself)."""
+    if not _sasl(settings):
+        return ""
+    if settings.kafka_security_protocol != "SASL_PLAINTEXT" or settings.kafka_username is None:
+        raise ServiceError("the embedded broker supports PLAINTEXT or SASL_PLAINTEXT with EPISTREAM_KAFKA_USERNAME")
+    mechanism = settings.kafka_sasl_mechanism
+    password = settings.kafka_password.get_secret_value() if settings.kafka_password else ""
+    jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{settings.kafka_username}" '
+            f'password="{password}";')
+    listener = f"listener.name.sasl_plaintext.{mechanism.lower()}.sasl.jaas.config"
+    return "\n".join([
+        "", "# Authentication and authorization (EPISTREAM_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT): these",
+        "# override the PLAINTEXT listener above (a later key wins).",
+        f"listeners=SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{settings.kafka_controller_port}",
+        f"advertised.listeners=SASL_PLAINTEXT://{host}:{port}",
+        "inter.broker.listener.name=SASL_PLAINTEXT",
+        "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"sasl.enabled.mechanisms={mechanism}",
+        f"sasl.mechanism.inter.broker.protocol={mechanism}",
+        f"{listener}={jaas}",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found=false",
+        f"super.users=User:{settings.kafka_username};User:ANONYMOUS",
+        "",
+    ])
+
+
+def _scram_at_format(settings: Settings) -> list[str]:
+    """The workers' SCRAM credentials, written into the metadata when storage is formatted (KIP-900)."""
+    if not _sasl(settings):
+        return []
+    password = settings.kafka_password.get_secret_value() if settings.kafka_password else ""
+    return ["--add-scram", f"{settings.kafka_sasl_mechanism}=[name={settings.kafka_username},password={password}]"]
+
+
 def prepare_broker(settings: Settings) -> BrokerLaunch:
     """Resolve the jars, render ``server.properties``, format storage on first use."""
     host, port = _split_host_port(settings.kafka_bootstrap)
@@ -180,14 +222,14 @@ def prepare_broker(settings: Settings) -> BrokerLaunch:
         TEMPLATE.read_text().format(
             host=host, port=port, controller_host=host,
             controller_port=settings.kafka_controller_port, log_dirs=data_dir,
-        )
+        ) + _security_properties(settings, host, port)
     )
 
     if not formatted:
         result = subprocess.run(
             [
                 java, logging_property, "-cp", classpath, "kafka.tools.StorageTool", "format",
-                "-t", _cluster_id(), "-c", str(config), "--ignore-formatted",
+                "-t", _cluster_id(), "-c", str(config), "--ignore-formatted", *_scram_at_format(settings),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
