@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -71,11 +72,22 @@ def _assigned_partitions(assignment: bytes) -> int:
 # --- every Kafka client is built here: one set of connection options (address, SASL, TLS) ----------
 
 
+def trusted_cafile(settings: Settings) -> Path | None:
+    """The CA the clients trust: the configured one; for the embedded broker its own; else the system's."""
+    if settings.kafka_ssl_cafile is not None:
+        return settings.kafka_ssl_cafile
+    if settings.kafka_embedded:
+        from .tls import CA_FILE, embedded_tls_dir  # here: only TLS clients pay for importing cryptography
+
+        return embedded_tls_dir(settings) / CA_FILE
+    return None
+
+
 def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
     if settings.kafka_security_protocol not in ("SSL", "SASL_SSL"):
         return None
-    cafile = str(settings.kafka_ssl_cafile) if settings.kafka_ssl_cafile is not None else None
-    return create_ssl_context(cafile=cafile)
+    cafile = trusted_cafile(settings)
+    return create_ssl_context(cafile=str(cafile) if cafile is not None else None)
 
 
 def kafka_options(settings: Settings) -> dict[str, object]:
@@ -114,6 +126,21 @@ def faust_broker_options(settings: Settings) -> dict[str, object]:
         )
     elif context is not None:
         options["broker_credentials"] = faust.SSLCredentials(context)
+    return options
+
+
+def librdkafka_options(settings: Settings) -> dict[str, str]:
+    """The same connection options in librdkafka's names, for confluent-kafka's admin client (the one
+    client with SCRAM user and ACL administration: epistream.tenants)."""
+    options = {"bootstrap.servers": settings.kafka_bootstrap,
+               "security.protocol": settings.kafka_security_protocol.lower()}
+    if settings.kafka_security_protocol.startswith("SASL_"):
+        assert settings.kafka_password is not None  # the settings refuse SASL without a login
+        options |= {"sasl.mechanism": settings.kafka_sasl_mechanism, "sasl.username": str(settings.kafka_username),
+                    "sasl.password": settings.kafka_password.get_secret_value()}
+    cafile = trusted_cafile(settings)
+    if settings.kafka_security_protocol in ("SSL", "SASL_SSL") and cafile is not None:
+        options["ssl.ca.location"] = str(cafile)
     return options
 
 

@@ -10,20 +10,27 @@ import re
 
 from .errors import PermanentError
 
-#: What Kafka takes in a topic name (contracts.TopicName); a tenant name outside it is hashed.
-_TOPIC_SAFE = re.compile(r"[A-Za-z0-9._-]{1,120}")
+#: A tenant name used as it is in topic and login names: what Kafka takes in a topic name, without dots
+#: and starting with a letter or digit. No dot, so tenant A's topics (its own and those under "A.") can
+#: never share a prefix with another tenant's; other names are hashed, under a leading "_" that no
+#: name used as it is can have.
+_NAME_AS_IS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,119}")
 
 
 class ForeignReplyTopic(PermanentError):
     """A question names a reply topic that is not its tenant's."""
 
 
+def tenant_slug(tenant: str) -> str:
+    """How tenant `tenant` is named in Kafka: its name when safe (see _NAME_AS_IS), else a hash of it."""
+    if _NAME_AS_IS.fullmatch(tenant):
+        return tenant
+    return "_" + hashlib.sha256(tenant.encode()).hexdigest()[:32]
+
+
 def tenant_reply_topic(answers_topic: str, tenant: str) -> str:
-    """Tenant `tenant`'s reply topic: its name when Kafka takes it (and it has no '..' that could climb
-    out), else a hash of it, which the operator's onboarding prints."""
-    if _TOPIC_SAFE.fullmatch(tenant) and not tenant.startswith(".") and ".." not in tenant:
-        return f"{answers_topic}.{tenant}"
-    return f"{answers_topic}.t-{hashlib.sha256(tenant.encode()).hexdigest()[:32]}"
+    """Tenant `tenant`'s reply topic, ``<answers topic>.<slug>``; `epistream tenant add` prints it."""
+    return f"{answers_topic}.{tenant_slug(tenant)}"
 
 
 def check_own_reply_topic(reply_topic: str | None, own: str) -> None:

@@ -77,7 +77,7 @@ class KafkaSettings(BaseSettings):
     kafka_username: str | None = Field(None, description="SASL user name (required by the SASL protocols).")
     kafka_password: SecretStr | None = Field(None, description="SASL password (required by the SASL protocols).")
     kafka_ssl_cafile: Path | None = Field(
-        None, description="CA bundle that signed the broker's certificate (SSL, SASL_SSL). Unset: the system's.",
+        None, description="CA bundle that signed the broker's certificate (SSL, SASL_SSL). Unset: the embedded broker's own CA, or the system's for an external broker.",
     )
     topic_turns: str = "memory.turns"
 

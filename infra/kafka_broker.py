@@ -25,6 +25,7 @@ from pathlib import Path
 
 from epistream.errors import ServiceError
 from epistream.settings import Settings
+from epistream.tls import BrokerCertificates, covers, embedded_tls_dir, issue_broker_certificates
 
 log = logging.getLogger(__name__)
 
@@ -161,44 +162,62 @@ def _check_formatted_by(kafka_dir: Path, version: str) -> None:
 
 
 def _sasl(settings: Settings) -> bool:
-    return settings.kafka_security_protocol == "SASL_PLAINTEXT"
+    return settings.kafka_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _tls_properties(settings: Settings, host: str) -> list[str]:
+    """SASL_SSL: the client listener serves a certificate signed by the home's own CA (epistream.tls),
+    re-issued when the broker's address changes or it nears expiry; clients trust that CA by default."""
+    certificates = BrokerCertificates(embedded_tls_dir(settings))
+    if not covers(certificates, host):
+        certificates = issue_broker_certificates(certificates.directory, [host, "localhost"])
+    # The broker also dials itself on this listener (inter-broker), so it trusts the same CA.
+    return ["ssl.keystore.type=PEM", f"ssl.keystore.location={certificates.broker}",
+            "ssl.truststore.type=PEM", f"ssl.truststore.location={certificates.ca}"]
 
 
 def _security_properties(settings: Settings, host: str, port: int) -> str:
-    """With SASL_PLAINTEXT: the client listener speaks SASL (SCRAM), an authorizer checks every request
-    against ACLs and refuses what none allows, and the workers' user is the super user. The
-    controller listener stays on loopback without SASL (its principal, ANONYMOUS, is the broker itself)."""
-    if not _sasl(settings):
+    """With SASL_PLAINTEXT or SASL_SSL: the client listener speaks SASL (SCRAM), an authorizer checks
+    every request against ACLs and refuses what none allows, and the workers' user is the super user.
+    The controller listener stays on loopback without SASL (its principal, ANONYMOUS, is the broker
+    itself)."""
+    protocol = settings.kafka_security_protocol
+    if protocol == "PLAINTEXT":
         return ""
-    if settings.kafka_security_protocol != "SASL_PLAINTEXT" or settings.kafka_username is None:
-        raise ServiceError("the embedded broker supports PLAINTEXT or SASL_PLAINTEXT with EPISTREAM_KAFKA_USERNAME")
+    if not _sasl(settings) or not settings.kafka_sasl_mechanism.startswith("SCRAM-"):
+        raise ServiceError(f"EPISTREAM_KAFKA_SECURITY_PROTOCOL={protocol} with "
+                           f"EPISTREAM_KAFKA_SASL_MECHANISM={settings.kafka_sasl_mechanism}: the embedded broker "
+                           "serves PLAINTEXT, or SASL_PLAINTEXT or SASL_SSL with SCRAM")
     mechanism = settings.kafka_sasl_mechanism
-    password = settings.kafka_password.get_secret_value() if settings.kafka_password else ""
-    jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{settings.kafka_username}" '
-            f'password="{password}";')
-    listener = f"listener.name.sasl_plaintext.{mechanism.lower()}.sasl.jaas.config"
+    assert settings.kafka_password is not None  # the settings refuse SASL without a login
+    jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{settings.kafka_username}" password="{settings.kafka_password.get_secret_value()}";')
+    listener = protocol.lower()
     return "\n".join([
-        "", "# Authentication and authorization (EPISTREAM_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT): these",
+        "", f"# Authentication and authorization (EPISTREAM_KAFKA_SECURITY_PROTOCOL={protocol}): these",
         "# override the PLAINTEXT listener above (a later key wins).",
-        f"listeners=SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{settings.kafka_controller_port}",
-        f"advertised.listeners=SASL_PLAINTEXT://{host}:{port}",
-        "inter.broker.listener.name=SASL_PLAINTEXT",
-        "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"listeners={protocol}://{host}:{port},CONTROLLER://{host}:{settings.kafka_controller_port}",
+        f"advertised.listeners={protocol}://{host}:{port}",
+        f"inter.broker.listener.name={protocol}",
+        f"listener.security.protocol.map={protocol}:{protocol},CONTROLLER:PLAINTEXT",
         f"sasl.enabled.mechanisms={mechanism}",
         f"sasl.mechanism.inter.broker.protocol={mechanism}",
-        f"{listener}={jaas}",
+        f"listener.name.{listener}.{mechanism.lower()}.sasl.jaas.config={jaas}",
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "allow.everyone.if.no.acl.found=false",
         f"super.users=User:{settings.kafka_username};User:ANONYMOUS",
+        *(_tls_properties(settings, host) if protocol == "SASL_SSL" else []),
         "",
     ])
 
 
 def _scram_at_format(settings: Settings) -> list[str]:
-    """The workers' SCRAM credentials, written into the metadata when storage is formatted (KIP-900)."""
+    """The workers' SCRAM credentials, written into the metadata when storage is formatted (KIP-900):
+    the only way to create the first SCRAM user of a KRaft cluster."""
     if not _sasl(settings):
         return []
-    password = settings.kafka_password.get_secret_value() if settings.kafka_password else ""
+    assert settings.kafka_password is not None
+    password = settings.kafka_password.get_secret_value()
     return ["--add-scram", f"{settings.kafka_sasl_mechanism}=[name={settings.kafka_username},password={password}]"]
 
 

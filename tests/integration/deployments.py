@@ -52,7 +52,7 @@ class Deployment:
         return count_turns(admin_database_url(self.settings), tenant, conversation)
 
 
-def _as_env(value: object) -> str:
+def as_env(value: object) -> str:
     return value.get_secret_value() if isinstance(value, SecretStr) else str(value)
 
 
@@ -70,7 +70,7 @@ def deployments(kafka: Settings, count: int, **overrides: object) -> Iterator[li
         for n in range(1, count + 1):
             name = f"dep_{suffix}_{n}"
             settings = on_database(base, own_database(kafka, name))
-            env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": _as_env(v) for k, v in shared.items()} | {
+            env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": as_env(v) for k, v in shared.items()} | {
                 "EPISTREAM_DATABASE_URL": database_url(settings),
                 "EPISTREAM_DATABASE_ADMIN_URL": admin_database_url(settings),
                 "EPISTREAM_INDEXER_GROUP": f"dep-{suffix}-{n}", "EPISTREAM_ANSWER_GROUP": f"dep-{suffix}-answer-{n}"}

@@ -53,10 +53,12 @@ def test_a_tenants_reply_topic_is_its_name_when_kafka_takes_it_and_a_hash_otherw
     from epistream.replies import ForeignReplyTopic, check_own_reply_topic, tenant_reply_topic
 
     assert tenant_reply_topic("memory.answers", "acme-eu_1") == "memory.answers.acme-eu_1"
-    for unsafe in ("a b", "ü", "..", "a..b", ".x", "x" * 200):
+    for unsafe in ("a b", "ü", "..", "a..b", ".x", "x" * 200, "acme.eu", "_x"):
         topic = tenant_reply_topic("memory.answers", unsafe)
-        assert topic.startswith("memory.answers.t-") and len(topic) == len("memory.answers.t-") + 32
+        assert topic.startswith("memory.answers._") and len(topic) == len("memory.answers._") + 32
         Question(question_id="q", tenant="t", question="?", reply_topic=topic)  # a name Kafka takes
+    # No tenant's topic lies under another's: "acme.eu" (a dotted name) is hashed, not acme's sub-topic.
+    assert not tenant_reply_topic("memory.answers", "acme.eu").startswith(tenant_reply_topic("memory.answers", "acme") + ".")
     own = tenant_reply_topic("memory.answers", "acme")
     check_own_reply_topic(None, own)
     check_own_reply_topic(own, own)

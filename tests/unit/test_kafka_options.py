@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from epistream import kafka_io
 from epistream.kafka_io import faust_broker_options, kafka_options
 from epistream.settings import Settings, SettingsError, load_settings
+from epistream.tls import embedded_tls_dir
 
 SECRET = "pw-never-shown"
 SASL_KEYS = {"sasl_mechanism", "sasl_plain_username", "sasl_plain_password"}
@@ -25,8 +26,9 @@ def _no_kafka_security_from_the_environment(monkeypatch):
 
 
 def _sasl(protocol: str = "SASL_PLAINTEXT", **values: object) -> Settings:
-    return Settings(kafka_bootstrap="broker:9093", kafka_security_protocol=protocol, kafka_username="indexer",
-                    kafka_password=SECRET, **values)
+    """An external broker's client settings."""
+    return Settings(**{"kafka_bootstrap": "broker:9093", "kafka_security_protocol": protocol,
+                       "kafka_username": "indexer", "kafka_password": SECRET, "kafka_embedded": False, **values})
 
 
 def test_plaintext_gives_only_the_bootstrap_servers():
@@ -66,7 +68,7 @@ def test_sasl_ssl_adds_a_tls_context():
 
 
 def test_ssl_alone_has_a_tls_context_and_no_login():
-    options = kafka_options(Settings(kafka_security_protocol="SSL"))
+    options = kafka_options(Settings(kafka_security_protocol="SSL", kafka_embedded=False))
     assert options["security_protocol"] == "SSL" and isinstance(options["ssl_context"], ssl.SSLContext)
     assert not SASL_KEYS & options.keys()
 
@@ -91,7 +93,7 @@ def test_faust_gets_the_same_login_as_sasl_credentials():
 def test_faust_over_tls():
     sasl = faust_broker_options(_sasl("SASL_SSL"))["broker_credentials"]
     assert sasl.protocol is AuthProtocol.SASL_SSL and isinstance(sasl.ssl_context, ssl.SSLContext)
-    tls = faust_broker_options(Settings(kafka_security_protocol="SSL"))["broker_credentials"]
+    tls = faust_broker_options(Settings(kafka_security_protocol="SSL", kafka_embedded=False))["broker_credentials"]
     assert isinstance(tls, faust.SSLCredentials) and tls.protocol is AuthProtocol.SSL
 
 
@@ -103,3 +105,11 @@ def test_the_password_never_appears_in_repr():
     settings = _sasl("SASL_SSL")
     assert SECRET not in repr(settings) and SECRET not in str(settings)
     assert SECRET not in repr(faust_broker_options(settings)["broker_credentials"])
+
+
+def test_an_embedded_broker_is_trusted_through_its_own_ca(monkeypatch, tmp_path):
+    seen: list[object] = []
+    monkeypatch.setattr(kafka_io, "create_ssl_context", lambda *, cafile: seen.append(cafile) or ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+    embedded = _sasl("SASL_SSL", home=tmp_path, kafka_embedded=True)
+    kafka_options(embedded)
+    assert seen == [str(embedded_tls_dir(embedded) / "ca.crt")]

@@ -1,0 +1,181 @@
+"""Onboarding and offboarding a tenant's backend on a secured Kafka (SASL): its own login, the ACLs
+that let that login write only turns and questions and read only its own replies, its reply topic,
+and its signing key (epistream.claims). Everything is derived from the operator's secret, so adding
+a tenant again prints the same credentials and changes nothing.
+
+The ACLs, for tenant T (principal ``User:tenant.<slug>``, slug from epistream.replies):
+
+* WRITE on ``memory.turns`` and ``memory.questions`` (literal): what it may produce. What it claims
+  inside those records is proven by its signature, which the workers check.
+* READ on ``<answers>.<slug>`` (literal) and on every topic under ``<answers>.<slug>.`` (prefixed):
+  its replies. A slug has no dot, so no other tenant's topic matches either pattern.
+* READ on consumer groups named ``tenant.<slug>.*`` (prefixed): its replicas may share its replies.
+* Nothing else: the broker refuses what no ACL allows (``allow.everyone.if.no.acl.found=false``), so
+  the shared topics (segments, answers, DLQ, forgotten) stay closed to it."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+from .claims import ClaimCheck
+from .errors import PermanentError
+from .kafka_io import librdkafka_options, trusted_cafile
+from .replies import tenant_reply_topic, tenant_slug
+from .settings import Settings
+from .topics import retention_ms
+
+_LOGIN_CONTEXT = b"epistream kafka login v1\x00"
+_ITERATIONS = 8192  # SCRAM's salted-hash rounds: Kafka's bound is 4096..16384
+_TIMEOUT_S = 30.0
+
+
+class TenantAdminError(PermanentError):
+    """Onboarding cannot be done as asked (no secret, an unsecured broker, a broker that refused)."""
+
+
+@dataclass(frozen=True)
+class TenantCredentials:
+    """What a tenant's backend is given: its Kafka login, its reply topic and its signing key."""
+
+    tenant: str
+    username: str
+    password: str
+    reply_topic: str
+    signing_key: bytes
+
+    @property
+    def consumer_group_prefix(self) -> str:
+        """Consumer groups the backend may use to share its replies among its replicas: ``<username>.*``."""
+        return self.username + "."
+
+    def as_environment(self, settings: Settings) -> list[str]:
+        """The backend's settings, as the lines of an environment file."""
+        cafile = trusted_cafile(settings) if settings.kafka_security_protocol == "SASL_SSL" else None
+        tls = ["# the broker's CA: a copy of this file where the backend runs",
+               f"EPISTREAM_KAFKA_SSL_CAFILE={cafile}"] if cafile else []
+        return [f"EPISTREAM_KAFKA_BOOTSTRAP={settings.kafka_bootstrap}", "EPISTREAM_KAFKA_EMBEDDED=false", *tls,
+                f"EPISTREAM_KAFKA_SECURITY_PROTOCOL={settings.kafka_security_protocol}",
+                f"EPISTREAM_KAFKA_SASL_MECHANISM={settings.kafka_sasl_mechanism}",
+                f"EPISTREAM_KAFKA_USERNAME={self.username}", f"EPISTREAM_KAFKA_PASSWORD={self.password}",
+                f"# signing key (epistream.client: tenant_key=bytes.fromhex(...)): {self.signing_key.hex()}",
+                f"# replies: {self.reply_topic} (consumer groups: {self.consumer_group_prefix}*)"]
+
+
+def kafka_username(tenant: str) -> str:
+    return f"tenant.{tenant_slug(tenant)}"
+
+
+def kafka_password(secret: bytes, tenant: str) -> str:
+    """Tenant `tenant`'s Kafka password: one-way from the operator's secret, and unrelated to its
+    signing key (a different derivation context), so the broker's copy proves nothing about the key."""
+    digest = hmac.new(secret, _LOGIN_CONTEXT + tenant.encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def credentials(settings: Settings, tenant: str) -> TenantCredentials:
+    check = ClaimCheck.from_settings(settings)
+    if not check.enforced or settings.tenant_key_secret is None:
+        raise TenantAdminError("tenants are onboarded only where claims are checked: set EPISTREAM_TENANT_KEY_SECRET")
+    secret = settings.tenant_key_secret.get_secret_value().encode()
+    return TenantCredentials(tenant=tenant, username=kafka_username(tenant), password=kafka_password(secret, tenant),
+                             reply_topic=tenant_reply_topic(settings.topic_answers, tenant),
+                             signing_key=check.key(tenant))
+
+
+def _admin(settings: Settings):  # -> confluent_kafka.admin.AdminClient
+    from confluent_kafka.admin import AdminClient  # here: only the operator's onboarding pays for it
+
+    return AdminClient(librdkafka_options(settings))
+
+
+def _wait(futures: dict, what: str, *, tolerate: tuple[str, ...] = ()) -> None:
+    from confluent_kafka import KafkaException
+
+    for future in futures.values():
+        try:
+            future.result(timeout=_TIMEOUT_S)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.name() not in tolerate:
+                raise TenantAdminError(f"{what}: {error.str()}") from exc
+
+
+def _bindings(settings: Settings, creds: TenantCredentials) -> list:
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    principal = f"User:{creds.username}"
+
+    def allow(resource: ResourceType, name: str, operation: AclOperation, pattern: ResourcePatternType) -> AclBinding:
+        return AclBinding(resource, name, pattern, principal, "*", operation, AclPermissionType.ALLOW)
+
+    topic, group = ResourceType.TOPIC, ResourceType.GROUP
+    return [
+        allow(topic, settings.topic_turns, AclOperation.WRITE, ResourcePatternType.LITERAL),
+        allow(topic, settings.topic_questions, AclOperation.WRITE, ResourcePatternType.LITERAL),
+        allow(topic, creds.reply_topic, AclOperation.READ, ResourcePatternType.LITERAL),
+        allow(topic, creds.reply_topic + ".", AclOperation.READ, ResourcePatternType.PREFIXED),
+        allow(group, creds.consumer_group_prefix, AclOperation.READ, ResourcePatternType.PREFIXED),
+    ]
+
+
+def _require_sasl(settings: Settings) -> None:
+    if not settings.kafka_security_protocol.startswith("SASL_"):
+        raise TenantAdminError(
+            f"the broker is reached over {settings.kafka_security_protocol}, which authenticates no one: a tenant "
+            "login needs EPISTREAM_KAFKA_SECURITY_PROTOCOL=SASL_SSL (or SASL_PLAINTEXT) and the workers' "
+            "super-user login in EPISTREAM_KAFKA_USERNAME/PASSWORD")
+    if not settings.kafka_sasl_mechanism.startswith("SCRAM-"):
+        raise TenantAdminError("tenant logins are SCRAM users: set EPISTREAM_KAFKA_SASL_MECHANISM to SCRAM-SHA-512")
+
+
+def add_tenant(settings: Settings, tenant: str) -> TenantCredentials:
+    """Create (or confirm) tenant `tenant`'s login, ACLs and reply topic; return its credentials."""
+    from confluent_kafka.admin import NewTopic, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    _require_sasl(settings)
+    creds = credentials(settings, tenant)
+    admin = _admin(settings)
+    mechanism = ScramMechanism[settings.kafka_sasl_mechanism.replace("-", "_")]
+    _wait(admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        creds.username, ScramCredentialInfo(mechanism, _ITERATIONS), creds.password.encode())],
+        request_timeout=_TIMEOUT_S), f"creating the login {creds.username}")
+    topic = NewTopic(creds.reply_topic, num_partitions=1, replication_factor=1,
+                     config={"retention.ms": retention_ms(settings.topic_retention_days)})
+    _wait(admin.create_topics([topic], request_timeout=_TIMEOUT_S), f"creating {creds.reply_topic}",
+          tolerate=("TOPIC_ALREADY_EXISTS",))
+    _wait(admin.create_acls(_bindings(settings, creds), request_timeout=_TIMEOUT_S),
+          f"granting {creds.username} its topics")
+    return creds
+
+
+def remove_tenant(settings: Settings, tenant: str, *, keep_replies: bool = False) -> TenantCredentials:
+    """Revoke tenant `tenant`'s access: its ACLs and its login go (its open connections are refused from
+    their next request); its reply topic too, unless `keep_replies`. Its memory stays: `epistream
+    forget --whole-tenant` erases that."""
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+    )
+
+    _require_sasl(settings)
+    creds = credentials(settings, tenant)
+    admin = _admin(settings)
+    everything_of = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, f"User:{creds.username}", None,
+                                     AclOperation.ANY, AclPermissionType.ANY)
+    _wait(admin.delete_acls([everything_of], request_timeout=_TIMEOUT_S), f"revoking {creds.username}'s ACLs")
+    mechanism = ScramMechanism[settings.kafka_sasl_mechanism.replace("-", "_")]
+    _wait(admin.alter_user_scram_credentials([UserScramCredentialDeletion(creds.username, mechanism)],
+                                             request_timeout=_TIMEOUT_S),
+          f"deleting the login {creds.username}", tolerate=("RESOURCE_NOT_FOUND",))
+    if not keep_replies:
+        _wait(admin.delete_topics([creds.reply_topic], request_timeout=_TIMEOUT_S), f"deleting {creds.reply_topic}",
+              tolerate=("UNKNOWN_TOPIC_OR_PART",))
+    return creds
