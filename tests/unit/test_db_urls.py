@@ -42,3 +42,22 @@ def test_split_password_of_a_url_without_one_is_that_url_and_none():
     assert split_password("host=/tmp/sock dbname=e")[1] is None
     assert split_password("postgresql://postgres:@/e?host=/tmp/sock") == ("user=postgres dbname=e host=/tmp/sock", None)
 
+
+def test_psql_gets_the_password_in_its_environment_not_on_its_command_line(monkeypatch):
+    import infra.postgres_server
+    from epistream.shell import cli
+
+    monkeypatch.setenv("EPISTREAM_DATABASE_URL", WORKERS)
+    monkeypatch.setenv("EPISTREAM_DATABASE_ADMIN_URL", "postgresql://owner:0wner%20pw@db.example/epistream")
+    monkeypatch.delenv("EPISTREAM_DB_READER_PASSWORD", raising=False)
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    monkeypatch.setattr(infra.postgres_server, "psql_binary", lambda: "/bin/psql")
+    runs: list[tuple[list[str], dict[str, str]]] = []
+    monkeypatch.setattr(cli.os, "execve", lambda path, argv, env: runs.append((argv, env)))
+
+    cli.cmd_sql(cli.sql_arguments(["--admin", "-c", "select 1"]))
+    cli.cmd_sql(cli.sql_arguments(["--tenant", "acme"]))
+    (admin_argv, admin_env), (reader_argv, reader_env) = runs
+    assert admin_env["PGPASSWORD"] == "0wner pw" and not any("0wner" in arg for arg in admin_argv)
+    assert conninfo_to_dict(admin_argv[1])["user"] == "owner" and admin_argv[2:] == ["-c", "select 1"]
+    assert "PGPASSWORD" not in reader_env and not any("w0rker" in arg for arg in reader_argv)
