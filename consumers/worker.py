@@ -69,17 +69,17 @@ class Outcome:
     answer: Reply | None = None
 
 
-async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDirectory, *,
+async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDirectory, *, claims: ClaimCheck,
                      give_up: Callable[[], bool]) -> Outcome | None:
-    """Answer one question record; None only when a transient failure was still being retried and
-    ``give_up()`` turned true (stopping, or the partition moved): the record stays uncommitted."""
+    """Answer one question record, its tenant claim verified by `claims`; None only when a transient
+    failure was still being retried and ``give_up()`` turned true (stopping, or the partition moved):
+    the record stays uncommitted."""
     settings = deps.settings
     outcome = Outcome()
 
     async def letter(key: bytes | None, value: bytes) -> None:
         outcome.messages.append((settings.topic_dlq, key, value))
 
-    claims = ClaimCheck.from_settings(settings)
     try:
         question = decode(record.value, Question, what="memory.questions event")
         # A claim not proven gets no answer at all: a failed one would still reach the claimed tenant.
@@ -178,10 +178,12 @@ def fit_reply(reply: FittedReply, key: bytes, limit: int = DEFAULT_MAX_REQUEST_S
 
 
 class AnswerLoop:
-    """The consumer, one transactional producer per owned partition, and the topics directory."""
+    """The consumer, one transactional producer per owned partition, the topics directory, and the
+    claim check built once for the worker."""
 
-    def __init__(self, deps: AnswerDeps, consumer: AIOKafkaConsumer, stop: asyncio.Event) -> None:
+    def __init__(self, deps: AnswerDeps, consumer: AIOKafkaConsumer, stop: asyncio.Event, claims: ClaimCheck) -> None:
         self.deps = deps
+        self.claims = claims
         self.consumer = consumer
         self.stop = stop
         self.group = deps.settings.answer_group
@@ -211,7 +213,8 @@ class AnswerLoop:
             await self._retry_later(tp, records[0], exc)
             return
         for record in records:
-            outcome = await outcome_of(record, self.deps, self.topics, give_up=lambda: not self.owns(tp))
+            outcome = await outcome_of(record, self.deps, self.topics, claims=self.claims,
+                                       give_up=lambda: not self.owns(tp))
             if outcome is None:
                 return
             try:
@@ -263,6 +266,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
                                max_tokens=settings.assistant_max_tokens)
     deps = AnswerDeps(settings=settings, pool=shared.pool, embedder=shared.embedder, master=shared.model("master"),
                       metrics=metrics, assistants=assistants, recipes=from_settings(settings))
+    claims = ClaimCheck.from_settings(settings)  # once per worker, not per question (as ingest does)
     consumer = create_consumer(
         settings,
         settings.topic_questions,
@@ -281,7 +285,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     log.info("answer consumer ready; metrics on :%d", settings.answer_metrics_port)
     lag_task = asyncio.create_task(_report_lag(settings, metrics, stop))
     try:
-        await AnswerLoop(deps, consumer, stop).run()
+        await AnswerLoop(deps, consumer, stop, claims).run()
     finally:
         lag_task.cancel()
         await consumer.stop()

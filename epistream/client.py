@@ -18,13 +18,12 @@ from .replies import tenant_reply_topic
 from .settings import Settings
 
 
-def claim_headers(settings: Settings, value: bytes, tenant_key: bytes | None = None) -> list[tuple[str, bytes]]:
+def claim_headers(check: ClaimCheck, value: bytes, tenant_key: bytes | None = None) -> list[tuple[str, bytes]]:
     """The signature proving a record's tenant claim: with `tenant_key` (a tenant's backend holds its
-    own), or derived from the deployment's secret (the operator's tools hold it); none when neither
-    is there, or for bytes that name no tenant (they cannot be signed for anyone)."""
+    own), or derived from the deployment's secret in `check` (the operator's tools hold it); none when
+    neither is there, or for bytes that name no tenant (they cannot be signed for anyone)."""
     if tenant_key is not None:
         return signed_headers(tenant_key, value)
-    check = ClaimCheck.from_settings(settings)
     if not check.enforced:
         return []
     try:
@@ -49,6 +48,7 @@ async def produce_raw(
 ) -> int:
     """Send (key, value) pairs to `memory.turns` (or `topic`), each signed for its tenant (see
     `claim_headers`); return how many were sent."""
+    check = ClaimCheck.from_settings(settings)  # once per call, not per record
     producer = create_producer(settings)
     await _start(producer)
     sent = 0
@@ -56,7 +56,7 @@ async def produce_raw(
         pending = []
         for key, value in records:
             pending.append(await producer.send(topic or settings.topic_turns, key=key, value=value,
-                                               headers=claim_headers(settings, value, tenant_key)))
+                                               headers=claim_headers(check, value, tenant_key)))
             sent += 1
             if progress is not None:
                 progress.update(1)
@@ -96,8 +96,9 @@ async def context(
 
 async def _request(settings: Settings, question: Question, timeout_s: float, tenant_key: bytes | None) -> bytes:
     """Produce a question and return the value of its reply (keyed by its id) on the reply topic."""
+    check = ClaimCheck.from_settings(settings)
     reply_topic = question.reply_topic or settings.topic_answers
-    if question.reply_topic is None and (tenant_key is not None or ClaimCheck.from_settings(settings).enforced):
+    if question.reply_topic is None and (tenant_key is not None or check.enforced):
         reply_topic = tenant_reply_topic(settings.topic_answers, question.tenant)  # where checked claims reply
     # read_committed: an answer from an aborted transaction (its worker died or lost the question) is never seen.
     consumer = create_consumer(settings, enable_auto_commit=False, group_id=None, isolation_level="read_committed")
@@ -117,7 +118,7 @@ async def _request(settings: Settings, question: Question, timeout_s: float, ten
             await consumer.position(tp)
         value = question.to_bytes()
         await producer.send_and_wait(settings.topic_questions, key=question.question_id.encode(), value=value,
-                                     headers=claim_headers(settings, value, tenant_key))
+                                     headers=claim_headers(check, value, tenant_key))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             batches = await consumer.getmany(timeout_ms=500)

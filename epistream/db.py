@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
 from pydantic import SecretStr
 
@@ -57,6 +57,14 @@ def login_as(url: str, role: str, password: str | None = None) -> str:
     return make_conninfo(url, user=role, password=password) if password else make_conninfo(url, user=role)
 
 
+def split_password(url: str) -> tuple[str, str | None]:
+    """`url` without its password, and the password (None when it has none, or an empty one): a
+    password kept off a command line, where `ps` shows it, can travel in PGPASSWORD instead."""
+    params = conninfo_to_dict(url)
+    password = params.pop("password", None)
+    return make_conninfo("", **params), str(password) if password else None
+
+
 def database_url(settings: Settings) -> str:
     """The workers' login: the configured one, else the embedded server as epistream_worker."""
     if settings.database_url is not None:
@@ -92,9 +100,12 @@ def tenant_option(tenant: str) -> str:
 def reader_url(settings: Settings, tenant: str) -> str:
     """A read-only login (epistream_reader) on the workers' database, its session scoped to `tenant`.
     The scope keeps a session to one tenant's rows; it is not a wall against the person typing, who
-    could name another tenant: people with SQL access are the operators (see the README's trust model)."""
+    could name another tenant: people with SQL access are the operators (see the README's trust model).
+    Its password is EPISTREAM_DB_READER_PASSWORD; unset, the URL has none, and libpq looks in the
+    standard places (PGPASSWORD, PGPASSFILE, ~/.pgpass): the workers' password would only fail the login."""
     password = settings.db_reader_password.get_secret_value() if settings.db_reader_password else None
-    return make_conninfo(login_as(database_url(settings), READER_ROLE, password), options=tenant_option(tenant))
+    server, _ = split_password(database_url(settings))  # never the workers' password
+    return make_conninfo(login_as(server, READER_ROLE, password), options=tenant_option(tenant))
 
 
 async def _refuse_privileged(conn: psycopg.AsyncConnection) -> None:

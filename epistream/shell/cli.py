@@ -173,7 +173,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     from infra.postgres_server import psql_binary
 
-    from ..db import admin_database_url, reader_url
+    from ..db import admin_database_url, reader_url, split_password
 
     settings = _settings()
     if args.admin == (args.tenant is not None):
@@ -185,8 +185,11 @@ def cmd_sql(args: argparse.Namespace) -> int:
         url, preset = make_conninfo(admin_database_url(settings), options="-c session_preload_libraries=age"), []
     else:
         url, preset = reader_url(settings, args.tenant), ["-v", f"tenant={args.tenant}"]  # for the examples' :'tenant'
+    # The password goes in psql's environment, not on its command line, where `ps` shows it to anyone.
+    url, password = split_password(url)
+    env = os.environ | ({"PGPASSWORD": password} if password is not None else {})
     psql = psql_binary()
-    os.execv(psql, [psql, url, *preset, *args.psql_args])
+    os.execve(psql, [psql, url, *preset, *args.psql_args], env)
     return 0  # not reached
 
 

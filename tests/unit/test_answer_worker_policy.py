@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from consumers import worker
+from epistream.claims import ClaimCheck
 from epistream.contracts import Answer, DeadLetter, Mode, Question
 from epistream.kafka_io import TopicDirectory
 from epistream.metrics import Metrics
@@ -39,7 +40,8 @@ def _topics(*names: str) -> TopicDirectory:
 
 def _run(record, monkeypatch, answer, *, topics=None, give_up=lambda: False):
     monkeypatch.setattr(worker, "answer_question", answer)
-    return asyncio.run(worker.outcome_of(record, _deps(), topics or _topics(), give_up=give_up))
+    return asyncio.run(worker.outcome_of(record, _deps(), topics or _topics(), claims=ClaimCheck.from_settings(SETTINGS),
+                                         give_up=give_up))
 
 
 def test_an_unexpected_error_is_a_failed_answer_and_a_dead_letter(monkeypatch):

@@ -66,3 +66,13 @@ def test_a_tenants_reply_topic_is_its_name_when_kafka_takes_it_and_a_hash_otherw
     for foreign in ("memory.answers", "memory.answers.acme2", "memory.answers.acme-x", "other.acme"):
         with pytest.raises(ForeignReplyTopic, match="is not the tenant's"):
             check_own_reply_topic(foreign, own)
+
+
+def test_the_client_signs_with_a_tenants_own_key_else_for_the_tenant_the_value_names():
+    from epistream.client import claim_headers
+
+    own = signed_headers(tenant_key(SECRET, "acme"), VALUE)
+    assert claim_headers(ClaimCheck(None), VALUE, tenant_key(SECRET, "acme")) == own  # a tenant's backend
+    assert claim_headers(ClaimCheck(SECRET), VALUE) == own  # the operator's tools: the value's tenant
+    assert claim_headers(ClaimCheck(None), VALUE) == []  # nothing to sign with
+    assert claim_headers(ClaimCheck(SECRET), b"not json") == [] and claim_headers(ClaimCheck(SECRET), b"{}") == []
