@@ -53,8 +53,11 @@ def _embedded_uri(settings: Settings) -> str:
 
 
 def login_as(url: str, role: str, password: str | None = None) -> str:
-    """`url`'s server and database, logged in as `role` (the embedded server trusts its socket)."""
-    return make_conninfo(url, user=role, password=password) if password else make_conninfo(url, user=role)
+    """`url`'s server and database, logged in as `role` with `password`; never with `url`'s own
+    password, which is another login's (none given: libpq's PGPASSWORD, PGPASSFILE, ~/.pgpass; the
+    embedded server trusts its socket)."""
+    server, _ = split_password(url)
+    return make_conninfo(server, user=role, password=password) if password else make_conninfo(server, user=role)
 
 
 def split_password(url: str) -> tuple[str, str | None]:
@@ -104,8 +107,7 @@ def reader_url(settings: Settings, tenant: str) -> str:
     Its password is EPISTREAM_DB_READER_PASSWORD; unset, the URL has none, and libpq looks in the
     standard places (PGPASSWORD, PGPASSFILE, ~/.pgpass): the workers' password would only fail the login."""
     password = settings.db_reader_password.get_secret_value() if settings.db_reader_password else None
-    server, _ = split_password(database_url(settings))  # never the workers' password
-    return make_conninfo(login_as(server, READER_ROLE, password), options=tenant_option(tenant))
+    return make_conninfo(login_as(database_url(settings), READER_ROLE, password), options=tenant_option(tenant))
 
 
 async def _refuse_privileged(conn: psycopg.AsyncConnection) -> None:

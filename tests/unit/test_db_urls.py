@@ -61,3 +61,13 @@ def test_psql_gets_the_password_in_its_environment_not_on_its_command_line(monke
     assert admin_env["PGPASSWORD"] == "0wner pw" and not any("0wner" in arg for arg in admin_argv)
     assert conninfo_to_dict(admin_argv[1])["user"] == "owner" and admin_argv[2:] == ["-c", "select 1"]
     assert "PGPASSWORD" not in reader_env and not any("w0rker" in arg for arg in reader_argv)
+
+
+def test_a_worker_login_on_another_database_never_keeps_the_owners_password():
+    from epistream.db import on_database
+
+    admin = "postgresql://owner:owner-secret@db.example:5432/bench"
+    worker = on_database(Settings(database_url="postgresql://x@h/d"), admin).database_url.get_secret_value()
+    assert "owner-secret" not in worker and "user=epistream_worker" in worker
+    with_password = on_database(Settings(database_url="postgresql://x@h/d", db_worker_password="w-pw"), admin)
+    assert "password=w-pw" in with_password.database_url.get_secret_value()
