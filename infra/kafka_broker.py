@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -161,22 +162,40 @@ def _check_formatted_by(kafka_dir: Path, version: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class BrokerLayout:
+    """Where a single-node broker listens and keeps its data: the embedded one on loopback, or the
+    production compose file's (`epistream kafka-config`) on every interface, advertised by name."""
+
+    listen_host: str
+    advertised_host: str
+    port: int
+    controller_port: int
+    log_dirs: Path
+    tls_dir: Path  # its CA and certificate, with SASL_SSL
+
+    @property
+    def controller_host(self) -> str:
+        # The controller listener never leaves loopback: one node, and no SASL on it.
+        return "127.0.0.1" if self.listen_host in ("0.0.0.0", "::") else self.listen_host
+
+
 def _sasl(settings: Settings) -> bool:
     return settings.kafka_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
 
-def _tls_properties(settings: Settings, host: str) -> list[str]:
-    """SASL_SSL: the client listener serves a certificate signed by the home's own CA (epistream.tls),
-    re-issued when the broker's address changes or it nears expiry; clients trust that CA by default."""
-    certificates = BrokerCertificates(embedded_tls_dir(settings))
-    if not covers(certificates, host):
-        certificates = issue_broker_certificates(certificates.directory, [host, "localhost"])
+def _tls_properties(layout: BrokerLayout) -> list[str]:
+    """SASL_SSL: the client listener serves a certificate signed by its own CA (epistream.tls),
+    re-issued when the broker's address changes or it nears expiry; clients trust that CA."""
+    certificates = BrokerCertificates(layout.tls_dir)
+    if not covers(certificates, layout.advertised_host):
+        certificates = issue_broker_certificates(certificates.directory, [layout.advertised_host, "localhost"])
     # The broker also dials itself on this listener (inter-broker), so it trusts the same CA.
     return ["ssl.keystore.type=PEM", f"ssl.keystore.location={certificates.broker}",
             "ssl.truststore.type=PEM", f"ssl.truststore.location={certificates.ca}"]
 
 
-def _security_properties(settings: Settings, host: str, port: int) -> str:
+def _security_properties(settings: Settings, layout: BrokerLayout) -> str:
     """With SASL_PLAINTEXT or SASL_SSL: the client listener speaks SASL (SCRAM), an authorizer checks
     every request against ACLs and refuses what none allows, and the workers' user is the super user.
     The controller listener stays on loopback without SASL (its principal, ANONYMOUS, is the broker
@@ -186,39 +205,88 @@ def _security_properties(settings: Settings, host: str, port: int) -> str:
         return ""
     if not _sasl(settings) or not settings.kafka_sasl_mechanism.startswith("SCRAM-"):
         raise ServiceError(f"EPISTREAM_KAFKA_SECURITY_PROTOCOL={protocol} with "
-                           f"EPISTREAM_KAFKA_SASL_MECHANISM={settings.kafka_sasl_mechanism}: the embedded broker "
+                           f"EPISTREAM_KAFKA_SASL_MECHANISM={settings.kafka_sasl_mechanism}: epistream's broker "
                            "serves PLAINTEXT, or SASL_PLAINTEXT or SASL_SSL with SCRAM")
     mechanism = settings.kafka_sasl_mechanism
-    assert settings.kafka_password is not None  # the settings refuse SASL without a login
     jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
-            f'username="{settings.kafka_username}" password="{settings.kafka_password.get_secret_value()}";')
-    listener = protocol.lower()
+            f'username="{settings.kafka_username}" password="{_password(settings)}";')
     return "\n".join([
         "", f"# Authentication and authorization (EPISTREAM_KAFKA_SECURITY_PROTOCOL={protocol}): these",
         "# override the PLAINTEXT listener above (a later key wins).",
-        f"listeners={protocol}://{host}:{port},CONTROLLER://{host}:{settings.kafka_controller_port}",
-        f"advertised.listeners={protocol}://{host}:{port}",
+        f"listeners={protocol}://{layout.listen_host}:{layout.port},"
+        f"CONTROLLER://{layout.controller_host}:{layout.controller_port}",
+        f"advertised.listeners={protocol}://{layout.advertised_host}:{layout.port}",
         f"inter.broker.listener.name={protocol}",
         f"listener.security.protocol.map={protocol}:{protocol},CONTROLLER:PLAINTEXT",
         f"sasl.enabled.mechanisms={mechanism}",
         f"sasl.mechanism.inter.broker.protocol={mechanism}",
-        f"listener.name.{listener}.{mechanism.lower()}.sasl.jaas.config={jaas}",
+        f"listener.name.{protocol.lower()}.{mechanism.lower()}.sasl.jaas.config={jaas}",
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "allow.everyone.if.no.acl.found=false",
         f"super.users=User:{settings.kafka_username};User:ANONYMOUS",
-        *(_tls_properties(settings, host) if protocol == "SASL_SSL" else []),
+        *(_tls_properties(layout) if protocol == "SASL_SSL" else []),
         "",
     ])
 
 
-def _scram_at_format(settings: Settings) -> list[str]:
+def _password(settings: Settings) -> str:
+    assert settings.kafka_password is not None  # the settings refuse SASL without a login
+    password = settings.kafka_password.get_secret_value()
+    if any(ch in password for ch in '"\\\n'):
+        # It is quoted in the JAAS line and in kafka-storage's --add-scram: no quote or backslash.
+        raise ServiceError("EPISTREAM_KAFKA_PASSWORD may not hold a double quote, a backslash or a newline")
+    return password
+
+
+def render_server_properties(settings: Settings, layout: BrokerLayout) -> str:
+    """The broker's whole ``server.properties``: the template, then the security settings."""
+    return TEMPLATE.read_text().format(
+        host=layout.listen_host, advertised_host=layout.advertised_host, port=layout.port,
+        controller_host=layout.controller_host,
+        controller_port=layout.controller_port, log_dirs=layout.log_dirs,
+    ) + _security_properties(settings, layout)
+
+
+def write_broker_config(settings: Settings, directory: Path, *, advertised_host: str, port: int, log_dirs: Path,
+                        owner: int | None = None) -> list[Path]:
+    """A secured broker's files for a deployment that runs Kafka's own image (infra/deploy/compose.yaml):
+    ``server.properties`` (listening on every interface, advertised as `advertised_host`), its CA and
+    certificate, and ``client.properties`` (the workers' login, for the image's own tools). The
+    broker's private files are given to `owner`, the image's user."""
+    if settings.kafka_security_protocol != "SASL_SSL":
+        raise ServiceError("a deployed broker is configured with EPISTREAM_KAFKA_SECURITY_PROTOCOL=SASL_SSL "
+                           f"(not {settings.kafka_security_protocol}): clients log in, over TLS")
+    layout = BrokerLayout(listen_host="0.0.0.0", advertised_host=advertised_host, port=port,
+                          controller_port=settings.kafka_controller_port, log_dirs=log_dirs, tls_dir=directory)
+    server, client = directory / "server.properties", directory / "client.properties"
+    _write_private(server, render_server_properties(settings, layout))
+    certificates = BrokerCertificates(directory)
+    _write_private(client, "\n".join([
+        "security.protocol=SASL_SSL", f"sasl.mechanism={settings.kafka_sasl_mechanism}",
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{settings.kafka_username}" password="{_password(settings)}";',
+        "ssl.truststore.type=PEM", f"ssl.truststore.location={certificates.ca}", ""]))
+    private = [server, client, certificates.broker]
+    if owner is not None:
+        for path in private:
+            os.chown(path, owner, -1)
+    return [*private, certificates.ca]
+
+
+def _write_private(path: Path, text: str) -> None:
+    # It holds a password or a key: readable by its owner only, from the start.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def scram_at_format(settings: Settings) -> list[str]:
     """The workers' SCRAM credentials, written into the metadata when storage is formatted (KIP-900):
     the only way to create the first SCRAM user of a KRaft cluster."""
     if not _sasl(settings):
         return []
-    assert settings.kafka_password is not None
-    password = settings.kafka_password.get_secret_value()
-    return ["--add-scram", f"{settings.kafka_sasl_mechanism}=[name={settings.kafka_username},password={password}]"]
+    return ["--add-scram", f'{settings.kafka_sasl_mechanism}=[name={settings.kafka_username},'
+                           f'password="{_password(settings)}"]']
 
 
 def prepare_broker(settings: Settings) -> BrokerLaunch:
@@ -237,18 +305,16 @@ def prepare_broker(settings: Settings) -> BrokerLaunch:
     logging_property = _logging_property(version)
     kafka_dir.mkdir(parents=True, exist_ok=True)
     config = kafka_dir / "server.properties"
-    config.write_text(
-        TEMPLATE.read_text().format(
-            host=host, port=port, controller_host=host,
-            controller_port=settings.kafka_controller_port, log_dirs=data_dir,
-        ) + _security_properties(settings, host, port)
-    )
+    layout = BrokerLayout(listen_host=host, advertised_host=host, port=port,
+                          controller_port=settings.kafka_controller_port, log_dirs=data_dir,
+                          tls_dir=embedded_tls_dir(settings))
+    config.write_text(render_server_properties(settings, layout))
 
     if not formatted:
         result = subprocess.run(
             [
                 java, logging_property, "-cp", classpath, "kafka.tools.StorageTool", "format",
-                "-t", _cluster_id(), "-c", str(config), "--ignore-formatted", *_scram_at_format(settings),
+                "-t", _cluster_id(), "-c", str(config), "--ignore-formatted", *scram_at_format(settings),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..settings import Settings, SettingsError, load_settings
+from .access import add_access_commands
 from .output import fail_loudly, print_answer, print_rows, unhealthy
 
 
@@ -251,37 +252,6 @@ def cmd_forget(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_tenant_key(args: argparse.Namespace) -> int:
-    from ..claims import ClaimCheck, ClaimRejected
-
-    try:
-        key = ClaimCheck.from_settings(_settings()).key(args.tenant)
-    except ClaimRejected as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    print(key.hex())
-    return 0
-
-
-def cmd_tenant(args: argparse.Namespace) -> int:
-    from ..tenants import TenantAdminError, add_tenant, remove_tenant
-
-    settings = _settings()
-    try:
-        if args.action == "add":
-            creds = add_tenant(settings, args.tenant)
-            print(f"# tenant {args.tenant!r}: give these to its backend only", *creds.as_environment(settings),
-                  sep="\n")
-        else:
-            creds = remove_tenant(settings, args.tenant, keep_replies=args.keep_replies)
-            print(f"revoked {creds.username}: its ACLs and login are gone"
-                  + ("" if args.keep_replies else f", and {creds.reply_topic}"))
-    except TenantAdminError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    return 0
-
-
 def cmd_prometheus(args: argparse.Namespace) -> int:
     from infra import prometheus_server
 
@@ -377,17 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--whole-tenant", action="store_true", help="forget every conversation of the tenant")
     p.set_defaults(func=cmd_forget)
 
-    p = sub.add_parser("tenant-key", help="the key a tenant's backend signs its turns and questions with "
-                                          "(derived from EPISTREAM_TENANT_KEY_SECRET; give it to that tenant only)")
-    p.add_argument("tenant")
-    p.set_defaults(func=cmd_tenant_key)
-
-    p = sub.add_parser("tenant", help="on a SASL broker: give a tenant's backend its own login, ACLs (write turns "
-                                      "and questions, read its replies only), reply topic and key; or revoke them")
-    p.add_argument("action", choices=["add", "remove"])
-    p.add_argument("tenant")
-    p.add_argument("--keep-replies", action="store_true", help="remove: keep the tenant's reply topic")
-    p.set_defaults(func=cmd_tenant)
+    add_access_commands(sub)
 
     p = sub.add_parser("prometheus", help="a local Prometheus scraping the workers, with the alert rules")
     p.add_argument("action", choices=["up", "down"])
