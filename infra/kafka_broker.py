@@ -39,6 +39,8 @@ LOG4J_CONFIG = KAFKA_DIR / "log4j.properties"  # Kafka 3.x
 # Written beside the data directory once it is formatted: storage formatted by a newer
 # Kafka cannot be read by an older one, and the broker's own error says little.
 FORMATTED_BY = "formatted-by"
+# And the SCRAM login written into it at format time, the only time the first one can be written.
+FORMATTED_LOGIN = "formatted-with-login"
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,23 @@ class BrokerLayout:
         return "127.0.0.1" if self.listen_host in ("0.0.0.0", "::") else self.listen_host
 
 
+def _check_login_formatted(kafka_dir: Path, settings: Settings) -> None:
+    """A broker turned to SASL after its storage was formatted has no login for the workers: say so
+    and how to proceed, rather than let every client fail authentication."""
+    if not _sasl(settings):
+        return
+    stamp = kafka_dir / FORMATTED_LOGIN
+    written = stamp.read_text().strip() if stamp.exists() else ""
+    if written != settings.kafka_username:
+        raise ServiceError(
+            f"{kafka_dir / 'data'} was formatted without a SCRAM login for {settings.kafka_username!r} "
+            f"({'none' if not written else repr(written)} was written), and Kafka adds the first login only "
+            f"when storage is formatted: remove {kafka_dir} (its topics are lost) to start the broker afresh "
+            f"with EPISTREAM_KAFKA_SECURITY_PROTOCOL={settings.kafka_security_protocol}, or use another "
+            "EPISTREAM_HOME"
+        )
+
+
 def _sasl(settings: Settings) -> bool:
     return settings.kafka_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
@@ -298,6 +317,7 @@ def prepare_broker(settings: Settings) -> BrokerLaunch:
     formatted = (data_dir / "meta.properties").exists()
     if formatted:
         _check_formatted_by(kafka_dir, version)
+        _check_login_formatted(kafka_dir, settings)
 
     jars = kafka_jars(settings)
     java = shutil.which("java") or "java"
@@ -324,6 +344,7 @@ def prepare_broker(settings: Settings) -> BrokerLaunch:
         if result.returncode != 0:
             raise ServiceError(f"formatting Kafka {version} storage in {data_dir} failed:\n" + _tail(result.stdout))
         (kafka_dir / FORMATTED_BY).write_text(version + "\n")
+        (kafka_dir / FORMATTED_LOGIN).write_text((settings.kafka_username or "") if _sasl(settings) else "")
 
     argv = [
         java, f"-Xmx{settings.kafka_heap}", f"-Xms{settings.kafka_heap}", "-XX:+UseG1GC",

@@ -46,3 +46,15 @@ def test_a_password_that_would_break_out_of_its_quotes_is_refused(tmp_path):
     settings = Settings(kafka_security_protocol="SASL_SSL", **(LOGIN | {"kafka_password": 'x" evil="y'}))
     with pytest.raises(ServiceError, match="double quote"):
         write_broker_config(settings, tmp_path, advertised_host="kafka", port=9092, log_dirs=tmp_path)
+
+
+def test_an_embedded_broker_formatted_without_the_workers_login_says_how_to_proceed(tmp_path):
+    from infra.kafka_broker import FORMATTED_LOGIN, _check_login_formatted
+
+    secured = Settings(kafka_security_protocol="SASL_SSL", **LOGIN)
+    (tmp_path / FORMATTED_LOGIN).write_text("")  # formatted PLAINTEXT
+    with pytest.raises(ServiceError, match=r"formatted without a SCRAM login for 'epistream'.*remove"):
+        _check_login_formatted(tmp_path, secured)
+    _check_login_formatted(tmp_path, Settings())  # PLAINTEXT needs none
+    (tmp_path / FORMATTED_LOGIN).write_text("epistream")
+    _check_login_formatted(tmp_path, secured)
