@@ -47,11 +47,13 @@ def _name(common_name: str) -> x509.Name:
                       x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    # Created 0600 from the start: a key is never readable by others, even for a moment.
+def write_private(path: Path, data: bytes | str) -> None:
+    """Write a file only its owner may read (a key, or a configuration holding a password)."""
+    # 0600 from the start: never readable by others, even for a moment.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its old mode through O_CREAT
     with os.fdopen(fd, "wb") as out:
-        out.write(data)
+        out.write(data.encode() if isinstance(data, str) else data)
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -79,7 +81,7 @@ def _certificate_authority(directory: Path, now: dt.datetime) -> tuple[x509.Cert
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    _write_private(key_file, _key_pem(key))
+    write_private(key_file, _key_pem(key))
     ca_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     return certificate, key
 
@@ -114,7 +116,7 @@ def issue_broker_certificates(directory: Path, hosts: list[str]) -> BrokerCertif
         .sign(ca_key, hashes.SHA256())
     )
     chain = certificate.public_bytes(serialization.Encoding.PEM) + ca.public_bytes(serialization.Encoding.PEM)
-    _write_private(directory / BROKER_FILE, _key_pem(key) + chain)
+    write_private(directory / BROKER_FILE, _key_pem(key) + chain)
     return BrokerCertificates(directory)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from epistream.errors import ServiceError
 from epistream.settings import Settings
-from epistream.tls import BrokerCertificates, covers, embedded_tls_dir, issue_broker_certificates
+from epistream.tls import BrokerCertificates, covers, embedded_tls_dir, issue_broker_certificates, write_private
 
 log = logging.getLogger(__name__)
 
@@ -277,10 +277,11 @@ def write_broker_config(settings: Settings, directory: Path, *, advertised_host:
                            f"(not {settings.kafka_security_protocol}): clients log in, over TLS")
     layout = BrokerLayout(listen_host="0.0.0.0", advertised_host=advertised_host, port=port,
                           controller_port=settings.kafka_controller_port, log_dirs=log_dirs, tls_dir=directory)
+    directory.mkdir(parents=True, exist_ok=True)
     server, client = directory / "server.properties", directory / "client.properties"
-    _write_private(server, render_server_properties(settings, layout))
+    write_private(server, render_server_properties(settings, layout))
     certificates = BrokerCertificates(directory)
-    _write_private(client, "\n".join([
+    write_private(client, "\n".join([
         "security.protocol=SASL_SSL", f"sasl.mechanism={settings.kafka_sasl_mechanism}",
         "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
         f'username="{settings.kafka_username}" password="{_password(settings)}";',
@@ -290,13 +291,6 @@ def write_broker_config(settings: Settings, directory: Path, *, advertised_host:
         for path in private:
             os.chown(path, owner, -1)
     return [*private, certificates.ca]
-
-
-def _write_private(path: Path, text: str) -> None:
-    # It holds a password or a key: readable by its owner only, from the start.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
 
 
 def scram_at_format(settings: Settings) -> list[str]:
@@ -328,7 +322,7 @@ def prepare_broker(settings: Settings) -> BrokerLaunch:
     layout = BrokerLayout(listen_host=host, advertised_host=host, port=port,
                           controller_port=settings.kafka_controller_port, log_dirs=data_dir,
                           tls_dir=embedded_tls_dir(settings))
-    config.write_text(render_server_properties(settings, layout))
+    write_private(config, render_server_properties(settings, layout))  # it may hold the workers' password
 
     if not formatted:
         result = subprocess.run(

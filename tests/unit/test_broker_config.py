@@ -58,3 +58,11 @@ def test_an_embedded_broker_formatted_without_the_workers_login_says_how_to_proc
     _check_login_formatted(tmp_path, Settings())  # PLAINTEXT needs none
     (tmp_path / FORMATTED_LOGIN).write_text("epistream")
     _check_login_formatted(tmp_path, secured)
+
+
+def test_rewriting_a_file_once_readable_by_others_makes_it_private(tmp_path):
+    (tmp_path / "server.properties").write_text("old")
+    (tmp_path / "server.properties").chmod(0o644)
+    settings = Settings(kafka_security_protocol="SASL_SSL", **LOGIN)
+    write_broker_config(settings, tmp_path, advertised_host="kafka", port=9092, log_dirs=tmp_path / "data")
+    assert stat.S_IMODE((tmp_path / "server.properties").stat().st_mode) == 0o600
