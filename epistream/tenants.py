@@ -56,10 +56,11 @@ class TenantCredentials:
         cafile = trusted_cafile(settings) if settings.kafka_security_protocol == "SASL_SSL" else None
         tls = ["# the broker's CA: a copy of this file where the backend runs",
                f"EPISTREAM_KAFKA_SSL_CAFILE={cafile}"] if cafile else []
+        login = [f"EPISTREAM_KAFKA_SASL_MECHANISM={settings.kafka_sasl_mechanism}",
+                 f"EPISTREAM_KAFKA_USERNAME={self.username}", f"EPISTREAM_KAFKA_PASSWORD={self.password}",
+                 ] if authenticates(settings) else []
         return [f"EPISTREAM_KAFKA_BOOTSTRAP={settings.kafka_bootstrap}", "EPISTREAM_KAFKA_EMBEDDED=false", *tls,
-                f"EPISTREAM_KAFKA_SECURITY_PROTOCOL={settings.kafka_security_protocol}",
-                f"EPISTREAM_KAFKA_SASL_MECHANISM={settings.kafka_sasl_mechanism}",
-                f"EPISTREAM_KAFKA_USERNAME={self.username}", f"EPISTREAM_KAFKA_PASSWORD={self.password}",
+                f"EPISTREAM_KAFKA_SECURITY_PROTOCOL={settings.kafka_security_protocol}", *login,
                 f"# signing key (epistream.client: tenant_key=bytes.fromhex(...)): {self.signing_key.hex()}",
                 f"# replies: {self.reply_topic} (consumer groups: {self.consumer_group_prefix}*)"]
 
@@ -121,40 +122,43 @@ def _bindings(settings: Settings, creds: TenantCredentials) -> list:
     ]
 
 
-def _require_sasl(settings: Settings) -> None:
+def authenticates(settings: Settings) -> bool:
+    """Whether the broker is reached with logins, so a tenant can get its own (SCRAM) and ACLs."""
     if not settings.kafka_security_protocol.startswith("SASL_"):
-        raise TenantAdminError(
-            f"the broker is reached over {settings.kafka_security_protocol}, which authenticates no one: a tenant "
-            "login needs EPISTREAM_KAFKA_SECURITY_PROTOCOL=SASL_SSL (or SASL_PLAINTEXT) and the workers' "
-            "super-user login in EPISTREAM_KAFKA_USERNAME/PASSWORD")
+        return False
     if not settings.kafka_sasl_mechanism.startswith("SCRAM-"):
         raise TenantAdminError("tenant logins are SCRAM users: set EPISTREAM_KAFKA_SASL_MECHANISM to SCRAM-SHA-512")
+    return True
 
 
 def add_tenant(settings: Settings, tenant: str) -> TenantCredentials:
-    """Create (or confirm) tenant `tenant`'s login, ACLs and reply topic; return its credentials."""
+    """Create (or confirm) tenant `tenant`'s reply topic and, where the broker authenticates clients,
+    its login and ACLs; return its credentials. (On a broker that authenticates no one there is no
+    login to give: its claims are still checked, but anyone who reaches the broker reads every topic.)"""
     from confluent_kafka.admin import NewTopic, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
-    _require_sasl(settings)
     creds = credentials(settings, tenant)
+    secured = authenticates(settings)
     admin = _admin(settings)
-    mechanism = ScramMechanism[settings.kafka_sasl_mechanism.replace("-", "_")]
-    _wait(admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
-        creds.username, ScramCredentialInfo(mechanism, _ITERATIONS), creds.password.encode())],
-        request_timeout=_TIMEOUT_S), f"creating the login {creds.username}")
+    if secured:
+        mechanism = ScramMechanism[settings.kafka_sasl_mechanism.replace("-", "_")]
+        _wait(admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            creds.username, ScramCredentialInfo(mechanism, _ITERATIONS), creds.password.encode())],
+            request_timeout=_TIMEOUT_S), f"creating the login {creds.username}")
     topic = NewTopic(creds.reply_topic, num_partitions=1, replication_factor=1,
                      config={"retention.ms": retention_ms(settings.topic_retention_days)})
     _wait(admin.create_topics([topic], request_timeout=_TIMEOUT_S), f"creating {creds.reply_topic}",
           tolerate=("TOPIC_ALREADY_EXISTS",))
-    _wait(admin.create_acls(_bindings(settings, creds), request_timeout=_TIMEOUT_S),
-          f"granting {creds.username} its topics")
+    if secured:
+        _wait(admin.create_acls(_bindings(settings, creds), request_timeout=_TIMEOUT_S),
+              f"granting {creds.username} its topics")
     return creds
 
 
 def remove_tenant(settings: Settings, tenant: str, *, keep_replies: bool = False) -> TenantCredentials:
     """Revoke tenant `tenant`'s access: its ACLs and its login go (its open connections are refused from
     their next request); its reply topic too, unless `keep_replies`. Its memory stays: `epistream
-    forget --whole-tenant` erases that."""
+    forget --whole-tenant` erases that. Its key cannot be revoked alone: it derives from the secret."""
     from confluent_kafka.admin import (
         AclBindingFilter,
         AclOperation,
@@ -165,8 +169,11 @@ def remove_tenant(settings: Settings, tenant: str, *, keep_replies: bool = False
         UserScramCredentialDeletion,
     )
 
-    _require_sasl(settings)
     creds = credentials(settings, tenant)
+    if not authenticates(settings):
+        raise TenantAdminError(
+            f"the broker is reached over {settings.kafka_security_protocol}, which authenticates no one: there is "
+            "no login to revoke (a tenant's key derives from EPISTREAM_TENANT_KEY_SECRET; rotating it rotates all)")
     admin = _admin(settings)
     everything_of = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, f"User:{creds.username}", None,
                                      AclOperation.ANY, AclPermissionType.ANY)

@@ -22,12 +22,16 @@ def cmd_tenant_key(args: argparse.Namespace) -> int:
 
 
 def cmd_tenant(args: argparse.Namespace) -> int:
-    from ..tenants import TenantAdminError, add_tenant, remove_tenant
+    from ..tenants import TenantAdminError, add_tenant, authenticates, remove_tenant
 
     settings = load_settings()
     try:
         if args.action == "add":
             creds = add_tenant(settings, args.tenant)
+            if not authenticates(settings):
+                print(f"warning: the broker is reached over {settings.kafka_security_protocol}, which authenticates "
+                      "no one: the tenant has its reply topic and key, but no login of its own, and anyone who "
+                      "reaches the broker can read every topic (README, trust model)", file=sys.stderr)
             print(f"# tenant {args.tenant!r}: give these to its backend only", *creds.as_environment(settings),
                   sep="\n")
         else:

@@ -17,7 +17,6 @@ from epistream.claims import tenant_key
 from epistream.client import produce_raw
 from epistream.contracts import DeadLetter, MemoryContext, Mode, Question
 from epistream.replies import tenant_reply_topic
-from epistream.topics import create_topic
 from tests.support.scripted_llm import ScriptedLLM
 
 from .conftest import read_topic, wait_for
@@ -76,8 +75,9 @@ def test_a_backend_cannot_ask_as_another_tenant_nor_read_its_replies(guarded, un
     settings = guarded.settings
     key_a = tenant_key(SECRET.encode(), a)
     topic_a, topic_b = (tenant_reply_topic(settings.topic_answers, t) for t in (a, b))
-    for topic in (topic_a, topic_b):  # onboarded: A and B have reply topics, C has none
-        asyncio.run(create_topic(settings, topic))
+    for tenant in (a, b):  # onboarded by the operator: A and B have reply topics, C has none
+        onboarded = guarded.cli("tenant", "add", tenant)
+        assert onboarded.returncode == 0 and "authenticates no one" in onboarded.stderr, onboarded.stderr
 
     def question(tenant: str, **fields) -> Question:
         return Question(question_id=f"q-{uuid.uuid4()}", tenant=tenant, question="Where did Alice move?",

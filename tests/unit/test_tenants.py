@@ -8,7 +8,7 @@ import pytest
 from pydantic import SecretStr
 
 from epistream.settings import Settings
-from epistream.tenants import TenantAdminError, _bindings, add_tenant, credentials
+from epistream.tenants import TenantAdminError, _bindings, add_tenant, credentials, remove_tenant
 
 SECRET = SecretStr("tenants-unit-secret-" + "z" * 32)
 
@@ -49,11 +49,16 @@ def test_the_acls_write_the_inputs_and_read_only_the_tenants_own_names():
         assert not theirs.username.startswith("tenant.acme.")
 
 
-def test_onboarding_is_refused_without_a_secret_or_on_an_unauthenticated_broker():
+def test_onboarding_is_refused_without_a_secret_and_gives_no_login_where_the_broker_checks_none():
     with pytest.raises(TenantAdminError, match="EPISTREAM_TENANT_KEY_SECRET"):
         credentials(_settings(tenant_key_secret=None), "acme")
-    with pytest.raises(TenantAdminError, match="authenticates no one"):
-        add_tenant(Settings(tenant_key_secret=SECRET), "acme")
+    plaintext = Settings(tenant_key_secret=SECRET)
+    lines = credentials(plaintext, "acme").as_environment(plaintext)
+    assert not any(line.startswith(("EPISTREAM_KAFKA_USERNAME", "EPISTREAM_KAFKA_PASSWORD")) for line in lines)
+    with pytest.raises(TenantAdminError, match="no login to revoke"):
+        remove_tenant(plaintext, "acme")
+    with pytest.raises(TenantAdminError, match="SCRAM"):
+        add_tenant(_settings(kafka_sasl_mechanism="PLAIN"), "acme")
 
 
 def test_the_printed_environment_names_the_login_and_the_ca():
