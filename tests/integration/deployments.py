@@ -24,7 +24,8 @@ from .conftest import count_turns, drop_database, own_database
 
 BASE_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) + 30  # beside the test stack's ports
 TOPICS = ("turns", "segments", "questions", "answers", "dlq", "forgotten")
-PORT_OF = {"ingest": "EPISTREAM_INGEST_METRICS_PORT", "answer": "EPISTREAM_ANSWER_METRICS_PORT"}
+PORT_OF = {"ingest": "EPISTREAM_INGEST_METRICS_PORT", "answer": "EPISTREAM_ANSWER_METRICS_PORT",
+           "enrich": "EPISTREAM_ENRICH_METRICS_PORT"}
 
 
 @dataclass
@@ -34,6 +35,11 @@ class Deployment:
     settings: Settings
     env: dict[str, str]
     name: str
+
+    @property
+    def admin_url(self) -> str:
+        """The owner's login to this deployment's database, for the test's own inspection."""
+        return admin_database_url(self.settings)
 
     def run(self, worker: str, port: int) -> ManagedProcess:
         """`epistream worker <worker>`, waited for until its /metrics answers."""
@@ -49,7 +55,7 @@ class Deployment:
                               capture_output=True, text=True, timeout=120, check=False)
 
     def turns(self, tenant: str, conversation: str) -> int:
-        return count_turns(admin_database_url(self.settings), tenant, conversation)
+        return count_turns(self.admin_url, tenant, conversation)
 
 
 def as_env(value: object) -> str:
@@ -57,24 +63,25 @@ def as_env(value: object) -> str:
 
 
 @contextmanager
-def deployments(kafka: Settings, count: int, **overrides: object) -> Iterator[list[Deployment]]:
+def deployments(kafka: Settings, count: int, *, name: str = "dep", **overrides: object) -> Iterator[list[Deployment]]:
     """`count` deployments on one set of fresh topics (a memory and its rebuilds), each with its own
     database and consumer groups; `overrides` are settings every process of them gets."""
     suffix = uuid.uuid4().hex[:8]
-    shared = {f"topic_{t}": f"dep-{suffix}.{t}" for t in TOPICS} | {"turns_partitions": 2,
-                                                                    "questions_partitions": 1} | overrides
+    shared = {f"topic_{t}": f"{name}-{suffix}.{t}" for t in TOPICS} | {"turns_partitions": 2,
+                                                                       "questions_partitions": 1} | overrides
     base = kafka.with_overrides(**shared)
     asyncio.run(ensure_topics(base))
     made: list[Deployment] = []
     try:
         for n in range(1, count + 1):
-            name = f"dep_{suffix}_{n}"
-            settings = on_database(base, own_database(kafka, name))
-            env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": as_env(v) for k, v in shared.items()} | {
+            database = f"{name}_{suffix}_{n}"
+            groups = {"indexer_group": f"{name}-{suffix}-{n}", "enrich_group": f"{name}-{suffix}-enrich-{n}",
+                      "answer_group": f"{name}-{suffix}-answer-{n}"}
+            settings = on_database(base.with_overrides(**groups), own_database(kafka, database))
+            env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": as_env(v) for k, v in (shared | groups).items()} | {
                 "EPISTREAM_DATABASE_URL": database_url(settings),
-                "EPISTREAM_DATABASE_ADMIN_URL": admin_database_url(settings),
-                "EPISTREAM_INDEXER_GROUP": f"dep-{suffix}-{n}", "EPISTREAM_ANSWER_GROUP": f"dep-{suffix}-answer-{n}"}
-            made.append(Deployment(settings, env, name))
+                "EPISTREAM_DATABASE_ADMIN_URL": admin_database_url(settings)}
+            made.append(Deployment(settings, env, database))
         yield made
     finally:
         for deployment in made:
