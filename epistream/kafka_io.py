@@ -130,8 +130,8 @@ def faust_broker_options(settings: Settings) -> dict[str, object]:
 
 
 def librdkafka_options(settings: Settings) -> dict[str, str]:
-    """The same connection options in librdkafka's names, for confluent-kafka's admin client (the one
-    client with SCRAM user and ACL administration: epistream.tenants)."""
+    """The same connection options in librdkafka's names, for confluent-kafka's admin client
+    (create_librdkafka_admin)."""
     options = {"bootstrap.servers": settings.kafka_bootstrap,
                "security.protocol": settings.kafka_security_protocol.lower()}
     if settings.kafka_security_protocol.startswith("SASL_"):
@@ -150,6 +150,14 @@ def create_consumer(settings: Settings, *topics: str, **kwargs: Any) -> AIOKafka
 
 def create_admin(settings: Settings, **kwargs: Any) -> AIOKafkaAdminClient:
     return AIOKafkaAdminClient(**kafka_options(settings), **kwargs)
+
+
+def create_librdkafka_admin(settings: Settings):  # -> confluent_kafka.admin.AdminClient
+    """confluent-kafka's admin client, for what aiokafka's lacks: SCRAM logins, ACLs and
+    incremental config changes. Imported here, so only the processes that administer pay for it."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(librdkafka_options(settings))
 
 
 def create_producer(settings: Settings, **kwargs: Any) -> AIOKafkaProducer:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .claims import ClaimCheck
 from .errors import PermanentError
-from .kafka_io import librdkafka_options, trusted_cafile
+from .kafka_io import create_librdkafka_admin, trusted_cafile
 from .replies import tenant_reply_topic, tenant_slug
 from .settings import Settings
 from .topics import retention_ms
@@ -86,12 +86,6 @@ def credentials(settings: Settings, tenant: str) -> TenantCredentials:
                              signing_key=check.key(tenant))
 
 
-def _admin(settings: Settings):  # -> confluent_kafka.admin.AdminClient
-    from confluent_kafka.admin import AdminClient  # here: only the operator's onboarding pays for it
-
-    return AdminClient(librdkafka_options(settings))
-
-
 def _wait(futures: dict, what: str, *, tolerate: tuple[str, ...] = ()) -> None:
     from confluent_kafka import KafkaException
 
@@ -139,7 +133,7 @@ def add_tenant(settings: Settings, tenant: str) -> TenantCredentials:
 
     creds = credentials(settings, tenant)
     secured = authenticates(settings)
-    admin = _admin(settings)
+    admin = create_librdkafka_admin(settings)
     if secured:
         mechanism = ScramMechanism[settings.kafka_sasl_mechanism.replace("-", "_")]
         _wait(admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
@@ -174,7 +168,7 @@ def remove_tenant(settings: Settings, tenant: str, *, keep_replies: bool = False
         raise TenantAdminError(
             f"the broker is reached over {settings.kafka_security_protocol}, which authenticates no one: there is "
             "no login to revoke (a tenant's key derives from EPISTREAM_TENANT_KEY_SECRET; rotating it rotates all)")
-    admin = _admin(settings)
+    admin = create_librdkafka_admin(settings)
     everything_of = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, f"User:{creds.username}", None,
                                      AclOperation.ANY, AclPermissionType.ANY)
     _wait(admin.delete_acls([everything_of], request_timeout=_TIMEOUT_S), f"revoking {creds.username}'s ACLs")

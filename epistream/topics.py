@@ -14,7 +14,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 
 from .errors import ServiceError
-from .kafka_io import create_admin, create_consumer, partitions_of
+from .kafka_io import create_admin, create_consumer, create_librdkafka_admin, partitions_of
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -72,27 +72,50 @@ def _topic_configs(responses: list) -> dict[str, dict[str, tuple[str, bool]]]:
     return found
 
 
-async def _reconcile_configs(admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> list[str]:
-    """Set each existing topic's configs to its spec where they differ, keeping the topic's other
-    settings (AlterConfigs replaces the whole set); return the topics changed."""
+def drifted_configs(current: dict[str, dict[str, tuple[str, bool]]],
+                    specs: list[TopicSpec]) -> dict[str, dict[str, str]]:
+    """Per topic, the configs of its spec that its current configs lack or differ from."""
+    drifted = {}
+    for spec in specs:
+        configs = current.get(spec.name, {})
+        differing = {k: v for k, v in spec.config.items() if configs.get(k, ("", False))[0] != v}
+        if differing:
+            drifted[spec.name] = differing
+    return drifted
+
+
+def set_topic_configs(settings: Settings, changes: dict[str, dict[str, str]]) -> None:
+    """Set these configs on these topics and nothing else (IncrementalAlterConfigs, KIP-339): an
+    operator's own settings stay whatever they are by then. AlterConfigs would replace the topic's
+    whole set with one built from a read, so a setting made after the read, or a read that lagged
+    the broker's metadata, was lost. Blocking: confluent-kafka's admin (aiokafka has no such call)."""
+    if not changes:
+        return
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ResourceType
+    from confluent_kafka.admin import ConfigResource as Resource
+
+    resources = [Resource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+        for topic, configs in changes.items()]
+    admin = create_librdkafka_admin(settings)  # held until the futures resolve: dropping it cancels them
+    for resource, future in admin.incremental_alter_configs(resources).items():
+        try:
+            future.result(timeout=30)
+        except KafkaException as exc:
+            raise ServiceError(f"setting topic {resource.name}'s configs failed: {exc.args[0].str()}") from exc
+
+
+async def _reconcile_configs(settings: Settings, admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> list[str]:
+    """Set each existing topic's configs to its spec where they differ; return the topics changed."""
     wanted = [t for t in specs if t.config]
     if not wanted:
         return []
     current = _topic_configs(await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t.name)
                                                             for t in wanted]))
-    changes = []
-    for spec in wanted:
-        configs = current.get(spec.name, {})
-        if all(configs.get(k, ("", False))[0] == v for k, v in spec.config.items()):
-            continue
-        kept = {k: value for k, (value, own) in configs.items() if own}
-        changes.append(ConfigResource(ConfigResourceType.TOPIC, spec.name, configs=kept | spec.config))
-    if changes:
-        for response in await admin.alter_configs(changes):
-            for error_code, error_message, _type, name in response.resources:
-                if error_code:
-                    raise ServiceError(f"setting topic {name}'s configs failed: {error_message} ({error_code})")
-    return [c.name for c in changes]
+    changes = drifted_configs(current, wanted)
+    await asyncio.to_thread(set_topic_configs, settings, changes)
+    return list(changes)
 
 
 async def ensure_topics(settings: Settings, *, timeout_s: float = 60.0) -> list[str]:
@@ -105,7 +128,7 @@ async def ensure_topics(settings: Settings, *, timeout_s: float = 60.0) -> list[
             existing = set(await admin.list_topics())
             specs = topic_specs(settings)
             wanted = [t for t in specs if t.name not in existing]
-            changed = await _reconcile_configs(admin, [t for t in specs if t.name in existing])
+            changed = await _reconcile_configs(settings, admin, [t for t in specs if t.name in existing])
             if changed:
                 log.info("set the retention and cleanup configs of %s", ", ".join(changed))
             if wanted:

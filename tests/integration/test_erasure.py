@@ -18,7 +18,7 @@ from epistream.db import admin_database_url
 from epistream.kafka_io import create_admin
 from epistream.metrics import read_samples, sample_sum
 from epistream.settings import Settings
-from epistream.topics import _topic_configs, ensure_topics
+from epistream.topics import _topic_configs, drifted_configs, ensure_topics, set_topic_configs, topic_specs
 
 from .conftest import wait_for
 from .deployments import BASE_PORT, TOPICS, Deployment, deployments
@@ -90,31 +90,45 @@ def _configs(settings: Settings, topic: str) -> dict[str, tuple[str, bool]]:
     return asyncio.run(go())
 
 
+def _settles(settings: Settings, topic: str, **expected: tuple[str, bool]) -> None:
+    """Wait until the broker describes these configs of the topic: a describe may lag a change by a moment."""
+    def matches() -> bool:
+        configs = _configs(settings, topic)
+        return all(configs.get(k.replace("_", ".")) == v for k, v in expected.items())
+    wait_for(matches, timeout=20, what=f"{topic}'s configs {expected}")
+
+
 def test_topic_retention_follows_the_settings_on_create_and_on_every_start(kafka):
     suffix = uuid.uuid4().hex[:8]
     settings = kafka.with_overrides(**{f"topic_{t}": f"retention-{suffix}.{t}" for t in TOPICS},
                                     dlq_retention_days=14, topic_retention_days=0.5)
     asyncio.run(ensure_topics(settings))
-    assert _configs(settings, settings.topic_dlq)["retention.ms"] == (str(14 * 86_400_000), True)
-    assert _configs(settings, settings.topic_answers)["retention.ms"] == (str(43_200_000), True)
-    assert _configs(settings, settings.topic_turns)["retention.ms"] == ("-1", True)
-    forgotten = _configs(settings, settings.topic_forgotten)
-    assert forgotten["cleanup.policy"] == ("compact", True) and forgotten["retention.ms"] == ("-1", True)
+    _settles(settings, settings.topic_dlq, retention_ms=(str(14 * 86_400_000), True))
+    _settles(settings, settings.topic_answers, retention_ms=(str(43_200_000), True))
+    _settles(settings, settings.topic_turns, retention_ms=("-1", True))
+    _settles(settings, settings.topic_forgotten, cleanup_policy=("compact", True), retention_ms=("-1", True))
 
-    # An operator's own setting on a topic survives a change of retention.
-    async def set_max_bytes() -> None:
-        admin = create_admin(settings)
-        await admin.start()
-        try:
-            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, settings.topic_dlq, configs={
-                "retention.ms": str(14 * 86_400_000), "max.message.bytes": "2000000"})])
-        finally:
-            await admin.close()
-    asyncio.run(set_max_bytes())
-    asyncio.run(ensure_topics(settings.with_overrides(dlq_retention_days=2)))
-    changed = _configs(settings, settings.topic_dlq)
-    assert changed["retention.ms"] == (str(2 * 86_400_000), True)
-    assert changed["max.message.bytes"] == ("2000000", True)
+    # A read taken before the operator sets something of their own on the topic...
+    stale = {settings.topic_dlq: _configs(settings, settings.topic_dlq)}
+    set_topic_configs(settings, {settings.topic_dlq: {"max.message.bytes": "2000000"}})
+    _settles(settings, settings.topic_dlq, max_message_bytes=("2000000", True))
+    # ...and a start with a new retention that acts on it: only the retention changes, the operator's
+    # setting stays (replacing the topic's whole set from the stale read dropped it).
+    shorter = settings.with_overrides(dlq_retention_days=2)
+    changes = drifted_configs(stale, [t for t in topic_specs(shorter) if t.name == settings.topic_dlq])
+    assert changes == {settings.topic_dlq: {"retention.ms": str(2 * 86_400_000)}}
+    set_topic_configs(shorter, changes)
+    _settles(settings, settings.topic_dlq, retention_ms=(str(2 * 86_400_000), True),
+             max_message_bytes=("2000000", True))
+
+    # A start with the settings the topics already have changes nothing.
+    asyncio.run(ensure_topics(shorter))
+    _settles(settings, settings.topic_dlq, retention_ms=(str(2 * 86_400_000), True),
+             max_message_bytes=("2000000", True))
+    # And every start sets a changed retention again.
+    asyncio.run(ensure_topics(shorter.with_overrides(dlq_retention_days=3)))
+    _settles(settings, settings.topic_dlq, retention_ms=(str(3 * 86_400_000), True),
+             max_message_bytes=("2000000", True))
 
 
 def test_retention_settings_refuse_zero_and_negative_days_other_than_forever():
