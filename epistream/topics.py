@@ -88,7 +88,7 @@ def set_topic_configs(settings: Settings, changes: dict[str, dict[str, str]]) ->
     """Set these configs on these topics and nothing else (IncrementalAlterConfigs, KIP-339): an
     operator's own settings stay whatever they are by then. AlterConfigs would replace the topic's
     whole set with one built from a read, so a setting made after the read, or a read that lagged
-    the broker's metadata, was lost. Blocking: confluent-kafka's admin (aiokafka has no such call)."""
+    the broker's metadata, would be lost. Blocking: confluent-kafka's admin (aiokafka has no such call)."""
     if not changes:
         return
     from confluent_kafka import KafkaException
