@@ -21,6 +21,7 @@ from aiokafka.helpers import create_ssl_context
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from .contracts import DeadLetter
+from .errors import ServiceError
 from .metrics import Metrics
 from .settings import Settings
 
@@ -158,6 +159,23 @@ def create_librdkafka_admin(settings: Settings):  # -> confluent_kafka.admin.Adm
     from confluent_kafka.admin import AdminClient
 
     return AdminClient(librdkafka_options(settings))
+
+
+def admin_results(futures: dict, what: str, *, error: type[Exception] = ServiceError,
+                  tolerate: tuple[str, ...] = (), timeout_s: float = 30.0) -> dict:
+    """Wait for a confluent-kafka admin call's futures; each one's result by its key. A Kafka error
+    raises `error` saying what failed, unless its name is tolerated (its result is then None)."""
+    from confluent_kafka import KafkaException
+
+    results = {}
+    for key, future in futures.items():
+        try:
+            results[key] = future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].name() not in tolerate:
+                raise error(f"{what}: {exc.args[0].str()}") from exc
+            results[key] = None
+    return results
 
 
 def create_producer(settings: Settings, **kwargs: Any) -> AIOKafkaProducer:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .claims import ClaimCheck
 from .errors import PermanentError
-from .kafka_io import create_librdkafka_admin, trusted_cafile
+from .kafka_io import admin_results, create_librdkafka_admin, trusted_cafile
 from .replies import tenant_reply_topic, tenant_slug
 from .settings import Settings
 from .topics import retention_ms
@@ -34,6 +34,10 @@ _TIMEOUT_S = 30.0
 
 class TenantAdminError(PermanentError):
     """Onboarding cannot be done as asked (no secret, an unsecured broker, a broker that refused)."""
+
+
+def _wait(futures: dict, what: str, *, tolerate: tuple[str, ...] = ()) -> None:
+    admin_results(futures, what, error=TenantAdminError, tolerate=tolerate, timeout_s=_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -84,18 +88,6 @@ def credentials(settings: Settings, tenant: str) -> TenantCredentials:
     return TenantCredentials(tenant=tenant, username=kafka_username(tenant), password=kafka_password(secret, tenant),
                              reply_topic=tenant_reply_topic(settings.topic_answers, tenant),
                              signing_key=check.key(tenant))
-
-
-def _wait(futures: dict, what: str, *, tolerate: tuple[str, ...] = ()) -> None:
-    from confluent_kafka import KafkaException
-
-    for future in futures.values():
-        try:
-            future.result(timeout=_TIMEOUT_S)
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.name() not in tolerate:
-                raise TenantAdminError(f"{what}: {error.str()}") from exc
 
 
 def _bindings(settings: Settings, creds: TenantCredentials) -> list:

@@ -9,12 +9,10 @@ import logging
 from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.admin import NewTopic, RecordsToDelete
 from aiokafka.errors import TopicAlreadyExistsError
 
-from .errors import ServiceError
-from .kafka_io import create_admin, create_consumer, create_librdkafka_admin, partitions_of
+from .kafka_io import admin_results, create_admin, create_consumer, create_librdkafka_admin, partitions_of
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -29,10 +27,6 @@ class TopicSpec:
 
 #: The health topic only carries probes: an hour is plenty.
 HEALTH_TOPIC_CONFIG = {"retention.ms": str(3_600_000)}
-
-
-#: A topic config's source in a DescribeConfigs reply (v1 on): set on the topic itself.
-_DYNAMIC_TOPIC_CONFIG = 1
 
 
 def retention_ms(days: float) -> str:
@@ -59,17 +53,15 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     ]
 
 
-def _topic_configs(responses: list) -> dict[str, dict[str, tuple[str, bool]]]:
-    """Per topic of raw DescribeConfigs replies: config name -> (value, set on the topic itself)."""
-    found: dict[str, dict[str, tuple[str, bool]]] = {}
-    for response in responses:
-        for error_code, error_message, _type, name, entries, *_ in response.resources:
-            if error_code:
-                raise ServiceError(f"describing topic {name}'s configs failed: {error_message} ({error_code})")
-            # v0 replies carry is_default (a bool) where later ones carry the source (an int).
-            found[name] = {e[0]: (e[1], (not e[3]) if isinstance(e[3], bool) else e[3] == _DYNAMIC_TOPIC_CONFIG)
-                           for e in entries}
-    return found
+def topic_configs(admin, topics: list[str]) -> dict[str, dict[str, tuple[str, bool]]]:
+    """Per topic: config name -> (value, set on the topic itself). Blocking; admin: create_librdkafka_admin's."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
+
+    described = admin_results(admin.describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in topics]),
+                              f"describing the configs of {', '.join(topics)}")
+    own = ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    return {resource.name: {name: (entry.value, entry.source == own) for name, entry in entries.items()}
+            for resource, entries in described.items()}
 
 
 def drifted_configs(current: dict[str, dict[str, tuple[str, bool]]],
@@ -84,37 +76,30 @@ def drifted_configs(current: dict[str, dict[str, tuple[str, bool]]],
     return drifted
 
 
-def set_topic_configs(settings: Settings, changes: dict[str, dict[str, str]]) -> None:
+def set_topic_configs(admin, changes: dict[str, dict[str, str]]) -> None:
     """Set these configs on these topics and nothing else (IncrementalAlterConfigs, KIP-339): an
     operator's own settings stay whatever they are by then. AlterConfigs would replace the topic's
     whole set with one built from a read, so a setting made after the read, or a read that lagged
-    the broker's metadata, would be lost. Blocking: confluent-kafka's admin (aiokafka has no such call)."""
+    the broker's metadata, would be lost. Blocking; admin: create_librdkafka_admin's (aiokafka's has
+    no such call)."""
     if not changes:
         return
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ResourceType
-    from confluent_kafka.admin import ConfigResource as Resource
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-    resources = [Resource(ResourceType.TOPIC, topic, incremental_configs=[
+    resources = [ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
         for topic, configs in changes.items()]
-    admin = create_librdkafka_admin(settings)  # held until the futures resolve: dropping it cancels them
-    for resource, future in admin.incremental_alter_configs(resources).items():
-        try:
-            future.result(timeout=30)
-        except KafkaException as exc:
-            raise ServiceError(f"setting topic {resource.name}'s configs failed: {exc.args[0].str()}") from exc
+    admin_results(admin.incremental_alter_configs(resources), f"setting the configs of {', '.join(changes)}")
 
 
-async def _reconcile_configs(settings: Settings, admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> list[str]:
-    """Set each existing topic's configs to its spec where they differ; return the topics changed."""
+def reconcile_topic_configs(settings: Settings, specs: list[TopicSpec]) -> list[str]:
+    """Set each existing topic's configs to its spec where they differ; return the topics changed. Blocking."""
     wanted = [t for t in specs if t.config]
     if not wanted:
         return []
-    current = _topic_configs(await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t.name)
-                                                            for t in wanted]))
-    changes = drifted_configs(current, wanted)
-    await asyncio.to_thread(set_topic_configs, settings, changes)
+    admin = create_librdkafka_admin(settings)
+    changes = drifted_configs(topic_configs(admin, [t.name for t in wanted]), wanted)
+    set_topic_configs(admin, changes)
     return list(changes)
 
 
@@ -128,7 +113,8 @@ async def ensure_topics(settings: Settings, *, timeout_s: float = 60.0) -> list[
             existing = set(await admin.list_topics())
             specs = topic_specs(settings)
             wanted = [t for t in specs if t.name not in existing]
-            changed = await _reconcile_configs(settings, admin, [t for t in specs if t.name in existing])
+            changed = await asyncio.to_thread(reconcile_topic_configs, settings,
+                                              [t for t in specs if t.name in existing])
             if changed:
                 log.info("set the retention and cleanup configs of %s", ", ".join(changed))
             if wanted:

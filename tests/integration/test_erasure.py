@@ -12,13 +12,12 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from epistream.db import admin_database_url
-from epistream.kafka_io import create_admin
+from epistream.kafka_io import create_librdkafka_admin
 from epistream.metrics import read_samples, sample_sum
 from epistream.settings import Settings
-from epistream.topics import _topic_configs, drifted_configs, ensure_topics, set_topic_configs, topic_specs
+from epistream.topics import drifted_configs, ensure_topics, set_topic_configs, topic_configs, topic_specs
 
 from .conftest import wait_for
 from .deployments import BASE_PORT, TOPICS, Deployment, deployments
@@ -80,14 +79,7 @@ def test_a_rebuild_from_kafka_into_an_empty_database_does_not_bring_back_a_forgo
 
 
 def _configs(settings: Settings, topic: str) -> dict[str, tuple[str, bool]]:
-    async def go() -> dict[str, tuple[str, bool]]:
-        admin = create_admin(settings)
-        await admin.start()
-        try:
-            return _topic_configs(await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)]))[topic]
-        finally:
-            await admin.close()
-    return asyncio.run(go())
+    return topic_configs(create_librdkafka_admin(settings), [topic])[topic]
 
 
 def _settles(settings: Settings, topic: str, **expected: tuple[str, bool]) -> None:
@@ -110,14 +102,14 @@ def test_topic_retention_follows_the_settings_on_create_and_on_every_start(kafka
 
     # A read taken before the operator sets something of their own on the topic...
     stale = {settings.topic_dlq: _configs(settings, settings.topic_dlq)}
-    set_topic_configs(settings, {settings.topic_dlq: {"max.message.bytes": "2000000"}})
+    set_topic_configs(create_librdkafka_admin(settings), {settings.topic_dlq: {"max.message.bytes": "2000000"}})
     _settles(settings, settings.topic_dlq, max_message_bytes=("2000000", True))
     # ...and a start with a new retention that acts on it: only the retention changes, the operator's
     # setting stays (replacing the topic's whole set from the stale read dropped it).
     shorter = settings.with_overrides(dlq_retention_days=2)
     changes = drifted_configs(stale, [t for t in topic_specs(shorter) if t.name == settings.topic_dlq])
     assert changes == {settings.topic_dlq: {"retention.ms": str(2 * 86_400_000)}}
-    set_topic_configs(shorter, changes)
+    set_topic_configs(create_librdkafka_admin(shorter), changes)
     _settles(settings, settings.topic_dlq, retention_ms=(str(2 * 86_400_000), True),
              max_message_bytes=("2000000", True))
 
