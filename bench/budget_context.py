@@ -7,7 +7,7 @@ a budget (the longest prefix that fits) and counts the evidence turns present:
   verbatim recall      evidence turns whose own text is in the cut context (the primary figure)
   recall with sources  also the source turns of gists and facts in it (labelled as such)
 
-Token cost is the product's estimate (pipeline.segmenter.estimate_tokens: ceil(characters / 4))
+Token cost is the product's estimate (epistream.pipeline.segmenter.estimate_tokens: ceil(characters / 4))
 of a turn's ``speaker: text``, as issue 12 defines it.
 """
 
@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from pipeline.segmenter import estimate_tokens
+from epistream.pipeline.segmenter import estimate_tokens
 
 BUDGETS = (250, 500, 1000, 2000, 4000)
 

@@ -126,10 +126,10 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     result: dict[str, Any] = {"dataset": str(Path(args.path).resolve()), "split": args.split,
                               "splits": {k: list(v) for k, v in SPLITS.items()},
                               "conversations": [s.sample_id for s in samples], "budgets": list(BUDGETS),
-                              "token_estimate": "pipeline.segmenter.estimate_tokens(f'{speaker}: {text}')"}
+                              "token_estimate": "epistream.pipeline.segmenter.estimate_tokens(f'{speaker}: {text}')"}
     try:
         if not args.offline:
-            from consumers.retrieval import from_settings
+            from epistream.consumers.retrieval import from_settings
 
             from .budget_stored import CachedEmbedder, Memory
 
@@ -181,7 +181,7 @@ def stored_systems(memory, recipes, turns_by_id, embedder) -> list[System]:  # t
     speaker matching; rrf_k 60; ts_rank_cd for BM25), fused and dense turn search, the deep-mode router, deep mode's reading
     windows and the fused search's own top_k turns; the ``_english_restem`` ones read the question's keywords back under 'english' as the
     product did before (fragments.any_keyword's double stemming), for the ablation."""
-    from consumers.context import Neighbours
+    from epistream.consumers.context import Neighbours
 
     from .budget_stored import ContextRead, DeepWindows, MemoEmbedder, RouterSegments, StoredTurns
 
@@ -210,7 +210,7 @@ async def on_stack_memory(settings: Settings, pool, embedder, tenant: str,  # ty
                           ) -> dict[str, Any]:
     """The stored systems' recall at equal budgets over memory already stored (bench.locomo_eval's
     tenant on the running stack): the figures keyed like this command's own."""
-    from consumers.retrieval import from_settings
+    from epistream.consumers.retrieval import from_settings
 
     from .budget_stored import Memory
 
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.path.exists():
         sys.exit(f"{args.path}: no such file")
     if not args.offline and not args.no_up:
-        from infra import services
+        from epistream.infra import services
 
         for row in services.up(settings, workers=False, only={"postgres"}):
             print(f"  {row.state:<8} {row.name:<15} {row.detail}", flush=True)

@@ -1,6 +1,6 @@
 """The systems of the equal-budget eval that read the stored memory, and the cheapest real way
 to store it: a database of the run's own on the PostgreSQL tier, the conversations written by
-``pipeline.ingest.ingest_batch`` in process (turns, embeddings and segments exactly as the ingest
+``epistream.pipeline.ingest.ingest_batch`` in process (turns, embeddings and segments exactly as the ingest
 worker writes them, then each conversation's last segment closed by the idle-close record the worker
 would send). No Kafka, no model: segments are not enriched, so no gists or facts exist.
 
@@ -11,7 +11,7 @@ would send). No Kafka, no model: segments are not enriched, so no gists or facts
                 their turns in the segment's order, so a cut ends the last segment turn by turn
   top_k_turns   the fused search's own top_k turns (retrieve_top_k: what fast mode read before it used
                 the context builder; fast mode now reads the `context` system's text at its budget)
-  deep_windows  what deep mode's assistants read (consumers.modes.deep.read_windows): windows around
+  deep_windows  what deep mode's assistants read (epistream.consumers.modes.deep.read_windows): windows around
                 the best fused turns, as many as the budget holds, in the order of their best turn
 """
 
@@ -27,18 +27,18 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
-from consumers.context import NEIGHBOURS, Neighbours, build_context
-from consumers.modes.deep import read_windows, window_for
-from consumers.retrieval import DENSE_TURNS, Recipes, search_turns
-from consumers.router import route
+from epistream.consumers.context import NEIGHBOURS, Neighbours, build_context
+from epistream.consumers.modes.deep import read_windows, window_for
+from epistream.consumers.retrieval import DENSE_TURNS, Recipes, search_turns
+from epistream.consumers.router import route
 from epistream.contracts import Mode, Question, SegmentCloseRequest, Turn
 from epistream.db import admin_database_url, apply_migrations, create_pool, on_database, tenant_scope
 from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
 from epistream.settings import Settings
-from pipeline.ingest import ingest_batch
-from pipeline.records import RawRecord
-from pipeline.store.segments import config_from
+from epistream.pipeline.ingest import ingest_batch
+from epistream.pipeline.records import RawRecord
+from epistream.pipeline.store.segments import config_from
 
 from .budget_context import Piece, Query, turn_piece
 
@@ -220,7 +220,7 @@ class _ContextDeps:
 
 
 class ContextRead:
-    """The product's `context` read (consumers.context.build_context), asked once per budget; each item
+    """The product's `context` read (epistream.consumers.context.build_context), asked once per budget; each item
     costs what its line costs in the reply's text block (with its rank and date: stricter than
     ``speaker: text``)."""
 

@@ -16,8 +16,8 @@ from psycopg import sql
 from epistream.kafka_io import consumer_lag
 from epistream.settings import Settings
 from epistream.topics import delete_records, log_offsets
-from pipeline.store.forget import ADD_TOMBSTONE, forget
-from pipeline.store.tombstones import WHOLE_TENANT
+from epistream.pipeline.store.forget import ADD_TOMBSTONE, forget
+from epistream.pipeline.store.tombstones import WHOLE_TENANT
 
 BENCH_PREFIX = "bench-"
 # Every table that holds a tenant column; memory.tombstones is left out on purpose (see forget_tenants).

@@ -1,6 +1,6 @@
 """Latency of the `context` read at LoCoMo size: the LoCoMo development split's turns stored in a
 fresh database through the real ingest code, then its questions read in process through
-consumers.context.build_context (question embedding, fused turn search, gists, facts, packing; no
+epistream.consumers.context.build_context (question embedding, fused turn search, gists, facts, packing; no
 model call), one after another, at each budget. Writes bench/results/context-latency.json.
 
     python -m bench.context_latency [--start-postgres] [--questions 300] [--budgets 250,1000,4000]
@@ -22,16 +22,16 @@ from pathlib import Path
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from consumers.context import build_context
-from consumers.retrieval import Recipes, from_settings
+from epistream.consumers.context import build_context
+from epistream.consumers.retrieval import Recipes, from_settings
 from epistream.db import create_pool, on_database
 from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
 from epistream.settings import Settings
 from epistream.sources import load_locomo
-from pipeline.ingest import ingest_batch
-from pipeline.records import RawRecord
-from pipeline.segmenter import SegmenterConfig
+from epistream.pipeline.ingest import ingest_batch
+from epistream.pipeline.records import RawRecord
+from epistream.pipeline.segmenter import SegmenterConfig
 
 from .report import write_results
 from .scratch_db import scratch_database

@@ -13,7 +13,7 @@ from typing import Any
 
 from epistream.contracts import Segment
 from epistream.settings import Settings
-from pipeline.segmenter import SegmenterConfig
+from epistream.pipeline.segmenter import SegmenterConfig
 
 from . import cleanup, enrich_report, report
 from .enrich_measure import read_run

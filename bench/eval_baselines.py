@@ -20,7 +20,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from consumers.prompts import ANSWER_PROMPT_VERSION, MasterAnswer, load_prompt
+from epistream.consumers.prompts import ANSWER_PROMPT_VERSION, MasterAnswer, load_prompt
 from epistream.errors import EpistreamError, ModelUnavailable
 from epistream.llm import ModelClient, Usage
 

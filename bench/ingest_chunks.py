@@ -1,7 +1,7 @@
 """``python -m bench.ingest_chunks [--start-postgres] [--chunks 128,32] [--embedding-batches 64,8] [--rounds 2]``: the
 fast path's own rate, in process, per chunk size, side by side with the bare embedding model.
 
-The worker's ``pipeline.ingest.ingest_batch`` stores the LoCoMo dev split in Kafka-sized batches
+The worker's ``epistream.pipeline.ingest.ingest_batch`` stores the LoCoMo dev split in Kafka-sized batches
 (`EPISTREAM_INGEST_BATCH` records, in the segment-free produce order of ``bench.run --only ingest``) into
 a scratch database on the running PostgreSQL, once per chunk size and round, alternating (ABAB), each
 pass on a fresh tenant, so drift on a shared machine falls on every variant alike. A chunk as large as
@@ -30,9 +30,9 @@ from epistream.db import create_pool, on_database
 from epistream.embeddings import Embedder, turn_embedding_text
 from epistream.metrics import Metrics
 from epistream.settings import Settings, load_settings
-from pipeline.ingest import ingest_batch
-from pipeline.records import RawRecord
-from pipeline.store.segments import config_from
+from epistream.pipeline.ingest import ingest_batch
+from epistream.pipeline.records import RawRecord
+from epistream.pipeline.store.segments import config_from
 
 from . import report
 from .scratch_db import scratch_database

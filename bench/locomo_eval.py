@@ -210,7 +210,7 @@ def recall_questions(items: list[Item]) -> list[Item]:
 
 def recall_configs(settings: Settings) -> dict[str, Any]:
     """The router as the answer worker configures it, one pathway at a time and fused two ways."""
-    from consumers.retrieval import from_settings
+    from epistream.consumers.retrieval import from_settings
 
     base = from_settings(settings).router
     return {
@@ -225,8 +225,8 @@ def recall_configs(settings: Settings) -> dict[str, Any]:
 async def measure_recall(pool, settings: Settings, tenant: str, items: list[Item], vectors, ks: list[int]
                          ) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     """Per question with evidence: recall@k of each router configuration and of dense turn retrieval."""
-    from consumers.retrieval import DENSE_TURNS, search_turns
-    from consumers.router import route
+    from epistream.consumers.retrieval import DENSE_TURNS, search_turns
+    from epistream.consumers.router import route
     from epistream.db import tenant_scope
 
     configs = recall_configs(settings)
@@ -453,7 +453,7 @@ async def run_baselines(settings: Settings, pool, tenant: str, items: list[Item]
                         k: int, timeout_s: float) -> dict[int, dict[str, dict[str, Any]]]:  # type: ignore[no-untyped-def]
     """Every full-context answer first, then every dense one: consecutive full-context
     prompts of a conversation share their long prefix, which llama.cpp keeps cached."""
-    from consumers.retrieval import DENSE_TURNS, search_turns
+    from epistream.consumers.retrieval import DENSE_TURNS, search_turns
     from epistream.db import tenant_scope
 
     from .eval_baselines import Line, answer_with, context_budget_chars, newest_that_fit
@@ -639,7 +639,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
     finally:
         if not args.keep:
             try:
-                from pipeline.store.forget import forget
+                from epistream.pipeline.store.forget import forget
 
                 async with pool.connection() as conn:
                     gone = await forget(conn, tenant)
@@ -662,7 +662,7 @@ def run_from_args(args: argparse.Namespace, *, settings: Settings | None = None)
     """The whole evaluation from parsed arguments."""
     from epistream.errors import ServiceError
     from epistream.health import probe_all
-    from infra import services
+    from epistream.infra import services
 
     from . import report
 

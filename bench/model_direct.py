@@ -24,9 +24,9 @@ from pydantic import ValidationError
 from epistream.contracts import Segment
 from epistream.llm import response_format
 from epistream.settings import Settings
-from pipeline.enrich import build_messages
-from pipeline.prompts import EnrichmentOut
-from pipeline.store.segments import load_segment
+from epistream.pipeline.enrich import build_messages
+from epistream.pipeline.prompts import EnrichmentOut
+from epistream.pipeline.store.segments import load_segment
 
 # Far above the worker's own timeout: the baseline must finish to be a baseline.
 DIRECT_TIMEOUT_S = 1800.0

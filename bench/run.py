@@ -19,7 +19,7 @@ from pathlib import Path
 
 from epistream.db import admin_database_url
 from epistream.settings import Settings
-from infra import services
+from epistream.infra import services
 
 from . import enrich_report
 from .enrich_phase import EnrichOptions, run_enrich

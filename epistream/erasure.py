@@ -4,7 +4,7 @@ record per forgotten scope (a conversation, or a whole tenant) for as long as th
 PostgreSQL's tombstones keep a replay of `memory.turns` from restoring a forgotten conversation,
 but only in the database that holds them. Rebuilding the memory from Kafka into a new database is
 the recovery path, so the erasure has to live beside the turns: `forget` writes here first, and
-every worker reads the whole topic before it reads a turn (pipeline.erasure)."""
+every worker reads the whole topic before it reads a turn (epistream.pipeline.erasure)."""
 
 from __future__ import annotations
 

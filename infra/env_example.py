@@ -1,6 +1,6 @@
 """Writes .env.example from the settings object, so the two never disagree.
 
-    python -m infra.env_example > .env.example
+    python -m epistream.infra.env_example > .env.example
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def model_server_argv(settings: Settings) -> list[str]:
     # created with, and on shared cores they otherwise take turns with the embedder one for one.
     niced = ["nice", "-n", str(settings.model_nice)] if settings.model_nice else []
     return [
-        *niced, sys.executable, "-m", "llama_cpp.server",
+        *niced, sys.executable, "-P", "-m", "llama_cpp.server",
         "--model", str(settings.model_path or default_gguf()),
         "--model_alias", settings.llm_model,
         "--host", "127.0.0.1", "--port", str(settings.model_server_port),

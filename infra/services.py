@@ -1,7 +1,7 @@
 """The embedded stack, as `epistream up`, `status` and `down` see it.
 
 `up` prepares what needs preparing once (Kafka's jars and storage, the PostgreSQL
-cluster), starts the supervisor (:mod:`infra.supervisor`), which runs every
+cluster), starts the supervisor (:mod:`epistream.infra.supervisor`), which runs every
 service and worker and restarts them when they die, waits for each to be ready
 and then checks each with a probe that uses it (:mod:`epistream.health`).
 `status` joins the supervisor's view of each process (pid, restarts, how it last
@@ -90,7 +90,7 @@ def _start_supervisor(settings: Settings, wanted: list[str]) -> int:
     env = {**os.environ, "EPISTREAM_HOME": str(settings.state_dir)}
     with open(log_file, "ab") as out:
         # A new session: the supervisor (and the stack) outlive the command that started them.
-        proc = subprocess.Popen([sys.executable, "-m", "infra.supervisor"], stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "epistream.infra.supervisor"], stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

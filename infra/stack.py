@@ -1,5 +1,5 @@
 """What the supervisor runs for the embedded default: each service and worker as a
-:class:`~infra.service.ServiceSpec`, in start order, built from the settings."""
+:class:`~epistream.infra.service.ServiceSpec`, in start order, built from the settings."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def service_specs(settings: Settings) -> list[ServiceSpec]:
     for worker in WORKERS:
         port = worker_port(settings, worker)
         specs.append(ServiceSpec(
-            name=f"worker-{worker}", argv=[sys.executable, "-m", "epistream.shell.cli", "worker", worker], env=env,
+            name=f"worker-{worker}", argv=[sys.executable, "-P", "-m", "epistream.shell.cli", "worker", worker], env=env,
             ready=lambda port=port: port_open("127.0.0.1", port), requires=needs, start_timeout_s=120.0,
             stop_timeout_s=30.0,
         ))

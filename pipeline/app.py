@@ -1,6 +1,6 @@
 """The Faust app of the indexer: topics, resources, the ingest agent, and the
 housekeeping timer (idle segments, the segment outbox, re-embedding). Enrichment runs in its
-own worker (pipeline.enrich_app), so ingest never waits on the model."""
+own worker (epistream.pipeline.enrich_app), so ingest never waits on the model."""
 
 from __future__ import annotations
 

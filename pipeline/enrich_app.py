@@ -1,7 +1,7 @@
 """The Faust app of the enrich worker (`epistream worker enrich`): its own process and consumer
 group, so ingest never waits on the model and a slow model call never stalls ingest's group.
 
-It consumes memory.segments and enriches each segment (pipeline.enrich); a timer enriches the
+It consumes memory.segments and enriches each segment (epistream.pipeline.enrich); a timer enriches the
 segments that wait for the model from the store once the breaker lets calls through again."""
 
 from __future__ import annotations

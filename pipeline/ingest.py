@@ -2,7 +2,7 @@
 set aside what is invalid or cannot be stored, with why.
 
 A plain async function over a batch of raw records, so tests call it without
-Faust; the agent in :mod:`pipeline.app` calls it through :func:`pipeline.delivery.settle`, which
+Faust; the agent in :mod:`epistream.pipeline.app` calls it through :func:`epistream.pipeline.delivery.settle`, which
 dead-letters what it set aside, publishes what it closed, and only then acknowledges the batch.
 """
 

@@ -2,7 +2,7 @@
 
 A segment closes when its token budget is reached, at a session boundary or
 a long gap between turns, or when the conversation goes idle (an explicit
-close request, see :mod:`pipeline.store.segments`). Segments closed by budget or
+close request, see :mod:`epistream.pipeline.store.segments`). Segments closed by budget or
 idleness carry their last turns (about ``overlap_share`` of the budget) into
 the next segment, so an event told across the cut is read whole at least
 once; session and gap boundaries are natural cuts and carry nothing.

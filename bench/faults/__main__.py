@@ -17,7 +17,7 @@ from pathlib import Path
 
 from epistream.db import admin_database_url
 from epistream.settings import Settings
-from infra import services, supervisor
+from epistream.infra import services, supervisor
 
 from . import report, settle, workload
 from .hostile import run_hostile

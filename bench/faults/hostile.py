@@ -23,7 +23,7 @@ from epistream.contracts import Turn
 from epistream.kafka_io import create_producer
 from epistream.readiness import WaitTimeout, wait_for_turns
 from epistream.settings import Settings
-from infra import services, supervisor
+from epistream.infra import services, supervisor
 
 from . import observe
 

@@ -1,4 +1,4 @@
-"""The faults themselves, on the embedded stack's public controls (infra.services): kill a service,
+"""The faults themselves, on the embedded stack's public controls (epistream.infra.services): kill a service,
 stop it cleanly or at once, keep it down for a while, freeze it, and run a second ingest worker
 in the same consumer group."""
 
@@ -17,8 +17,8 @@ from epistream.health import worker_group
 from epistream.kafka_io import group_members, worker_client_id
 from epistream.readiness import poll
 from epistream.settings import Settings
-from infra import services
-from infra.process import pid_alive
+from epistream.infra import services
+from epistream.infra.process import pid_alive
 
 
 @dataclass
@@ -119,7 +119,7 @@ def spawn_worker(settings: Settings, log: FaultLog, worker: str, *, metrics_offs
            f"EPISTREAM_{port_field.upper()}": str(getattr(settings, port_field) + metrics_offset)}
     log_file = settings.state_dir / "logs" / f"worker-{worker}-extra-{metrics_offset}.log"
     with open(log_file, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "epistream.shell.cli", "worker", worker], env=env,
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "epistream.shell.cli", "worker", worker], env=env,
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0)
     extra = ExtraWorker(proc)
     log.note(f"another {worker} worker started (pid {proc.pid}, log {log_file.name})")

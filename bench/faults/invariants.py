@@ -16,8 +16,8 @@ from aiokafka.structs import ConsumerRecord
 
 from epistream.contracts import DeadLetter, Segment, SegmentCloseRequest, Turn, decode
 from epistream.errors import ContractError
-from pipeline.segmenter import SegmenterConfig, SegmenterState, close, estimate_tokens, feed
-from pipeline.store.segments import turn_line
+from epistream.pipeline.segmenter import SegmenterConfig, SegmenterState, close, estimate_tokens, feed
+from epistream.pipeline.store.segments import turn_line
 
 from .observe import StoredSegment, StoredTurn
 from .workload import Item, Workload

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from epistream.settings import Settings
-from pipeline.segmenter import SegmenterConfig
+from epistream.pipeline.segmenter import SegmenterConfig
 
 from . import observe, settle, workload
 from .inject import FaultLog

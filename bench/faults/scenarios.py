@@ -18,8 +18,8 @@ import psycopg
 from epistream.db import open_pool
 from epistream.readiness import poll
 from epistream.settings import Settings
-from infra import services
-from pipeline.erasure import forget_everywhere
+from epistream.infra import services
+from epistream.pipeline.erasure import forget_everywhere
 
 from . import inject
 from .inject import FaultLog

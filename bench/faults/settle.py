@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from epistream.readiness import WaitTimeout, poll, wait_for_enrichment, wait_for_turns
 from epistream.settings import Settings
-from infra import services, supervisor
+from epistream.infra import services, supervisor
 
 from .observe import Offsets, letters, read_since
 

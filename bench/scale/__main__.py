@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psycopg
 
-from consumers.retrieval import from_settings
+from epistream.consumers.retrieval import from_settings
 from epistream.db import create_pool, database_url, on_database
 from epistream.embeddings import Embedder
 from epistream.settings import Settings

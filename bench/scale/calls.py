@@ -2,14 +2,14 @@
 (issue 13: keep it <= 50), counted offline with the pipeline's own pure code, no Kafka, PostgreSQL
 or model server:
 
-- segmentation: `pipeline.segmenter.feed`/`close` with the settings' `segment_*` values
+- segmentation: `epistream.pipeline.segmenter.feed`/`close` with the settings' `segment_*` values
   (`segments.config_from`), each turn costed as `advance` costs it
   (`estimate_tokens(segments.turn_line(...))`), conversations fed in produce order;
 - the idle close (`segment_idle_s`): the workload is taken as played in real time, so a
   conversation whose next turn comes more than `segment_idle_s` later has gone quiet and its open
   segment closes as "idle" before that turn (what the housekeeping tick's close request does),
   and every segment still open at the end closes as "idle";
-- enrichment: one model call per closed segment (`pipeline.enrich`: a segment is never split; one
+- enrichment: one model call per closed segment (`epistream.pipeline.enrich`: a segment is never split; one
   too long for the context is cut by `fit_segment`, counted here), its prompt built by
   `build_messages` from the fitted turns and costed with `epistream.prompts.estimate_tokens`
   (four characters a token, the project's one token count: the server's tokenizer and its chat
@@ -38,10 +38,10 @@ from pathlib import Path
 from epistream.contracts import Segment, SegmentTurn, Turn
 from epistream.prompts import estimate_tokens
 from epistream.settings import Settings
-from pipeline.enrich import build_messages, fit_segment
-from pipeline.prompts import ENRICH_PROMPT
-from pipeline.segmenter import ClosedSegment, SegmenterConfig, SegmenterState, Step, close, feed
-from pipeline.store import segments
+from epistream.pipeline.enrich import build_messages, fit_segment
+from epistream.pipeline.prompts import ENRICH_PROMPT
+from epistream.pipeline.segmenter import ClosedSegment, SegmenterConfig, SegmenterState, Step, close, feed
+from epistream.pipeline.store import segments
 
 from ..report import write_results
 from ..workload_scale import PRESETS, WorkloadSpec, turns
@@ -97,7 +97,7 @@ class Call:
 
 
 def prompt_cost(segment: Segment, settings: Settings) -> tuple[int, int]:
-    """(estimated prompt tokens, characters cut) of the one call `pipeline.enrich` makes for `segment`."""
+    """(estimated prompt tokens, characters cut) of the one call `epistream.pipeline.enrich` makes for `segment`."""
     fitted = fit_segment(segment, settings)
     messages = build_messages(segment.model_copy(update={"turns": fitted.turns}))
     return sum(estimate_tokens(m["content"]) for m in messages), fitted.truncated_chars
@@ -243,10 +243,10 @@ def main(argv: list[str] | None = None) -> None:
             "extractor_max_tokens", "llm_max_retries")},
         "system_prompt_tokens": estimate_tokens(ENRICH_PROMPT.template),  # in every call
         "method": {
-            "segmentation": "pipeline.segmenter.feed/close over each conversation in produce order (no database)",
+            "segmentation": "epistream.pipeline.segmenter.feed/close over each conversation in produce order (no database)",
             "idle_close": "workload played in real time: a gap over segment_idle_s between a conversation's turns, "
                           "and the end of the stream, close the open segment as 'idle'",
-            "calls": "one per closed segment (pipeline.enrich never splits one; fit_segment cuts a long one)",
+            "calls": "one per closed segment (epistream.pipeline.enrich never splits one; fit_segment cuts a long one)",
             "prompt_tokens": "epistream.prompts.estimate_tokens (4 chars/token) over build_messages of the fitted "
                              "segment: system + user message, no chat template",
             "not_counted": "retries after invalid model output (at most llm_max_retries per segment)",

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = Settings()
     if args.start:
-        from infra import services
+        from epistream.infra import services
         services.up(settings)
     url = admin_database_url(settings)
     model_pid = managed_pid(settings, "model-server")

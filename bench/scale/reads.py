@@ -1,6 +1,6 @@
 """The context read at one size: latency, and how many of its turns an exact search would also give.
 
-Each case asks its questions one after another through consumers.context.build_context, in process
+Each case asks its questions one after another through epistream.consumers.context.build_context, in process
 (question embedding, speaker lookup, fused BM25 + HNSW turn search, gists, facts, packing; no model).
 The same questions are then read through a pool whose sessions cannot use an index scan
 (``enable_indexscan = off``) with no match cap on the lexical pathway: HNSW serves only index scans,
@@ -19,7 +19,7 @@ from datetime import datetime
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
-from consumers.context import build_context
+from epistream.consumers.context import build_context
 from epistream.db import create_pool
 from epistream.settings import Settings
 

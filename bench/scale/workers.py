@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     settings = Settings()
-    from infra import services
+    from epistream.infra import services
 
     if args.start:
         services.up(settings)

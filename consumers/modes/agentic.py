@@ -49,9 +49,9 @@ class AgentStep(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
-# Registered here, not in consumers.prompts beside the others: the schema names the tools, and
-# consumers.tools imports the assistants, which import consumers.prompts (a cycle otherwise).
-AGENT_PROMPT = register("consumers.prompts", "agent", 1, AgentStep)
+# Registered here, not in epistream.consumers.prompts beside the others: the schema names the tools, and
+# epistream.consumers.tools imports the assistants, which import epistream.consumers.prompts (a cycle otherwise).
+AGENT_PROMPT = register("epistream.consumers.prompts", "agent", 1, AgentStep)
 
 
 def system_prompt() -> str:

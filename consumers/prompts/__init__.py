@@ -37,7 +37,7 @@ class AssistantReply(BaseModel):
 ANSWER_PROMPT = register(__name__, "answer", 1, MasterAnswer)  # `fast`: numbered excerpts in, one answer out
 MASTER_PROMPT = register(__name__, "master", 1, MasterAnswer)  # `deep`: the assistants' quotes in
 ASSISTANT_PROMPT = register(__name__, "assistant", 1, AssistantReply)  # one segment, one question
-# The agent's prompt (agent_v1.md) is registered in consumers.modes.agentic: its schema names the
+# The agent's prompt (agent_v1.md) is registered in epistream.consumers.modes.agentic: its schema names the
 # tools, and the tools import the assistants, which import this package.
 
 # The evaluation baselines (bench/eval_baselines.py) read the `fast` prompt by these names.

@@ -2,8 +2,8 @@
 limits), and their date expressions resolved into an inclusive range of days.
 
 A date expression ("May 2023", "last year", "2024-03-18") is resolved against
-the time the question was asked (pipeline.dates), and stands for its whole
-period: the same period as consumers.timefilter.DateRange, read here as
+the time the question was asked (epistream.pipeline.dates), and stands for its whole
+period: the same period as epistream.consumers.timefilter.DateRange, read here as
 inclusive first and last days.
 """
 

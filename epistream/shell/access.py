@@ -45,7 +45,7 @@ def cmd_tenant(args: argparse.Namespace) -> int:
 
 
 def cmd_kafka_config(args: argparse.Namespace) -> int:
-    from infra.kafka_broker import write_broker_config
+    from epistream.infra.kafka_broker import write_broker_config
 
     from ..errors import ServiceError
 

@@ -23,7 +23,7 @@ def _settings() -> Settings:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from infra import services
+    from epistream.infra import services
 
     from ..errors import ServiceError
 
@@ -38,14 +38,14 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from infra import services
+    from epistream.infra import services
 
     print_rows(services.down(_settings()))
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from infra import services
+    from epistream.infra import services
 
     rows = services.status(_settings())
     print_rows(rows)
@@ -172,7 +172,7 @@ def cmd_context(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     from psycopg.conninfo import make_conninfo
 
-    from infra.postgres_server import psql_binary
+    from epistream.infra.postgres_server import psql_binary
 
     from ..db import admin_database_url, reader_url, split_password
 
@@ -213,22 +213,22 @@ def sql_arguments(argv: list[str]) -> argparse.Namespace:
 def cmd_worker(args: argparse.Namespace) -> int:
     settings = _settings()
     if args.name == "ingest":
-        from pipeline.app import run_worker as run_ingest
+        from epistream.pipeline.app import run_worker as run_ingest
 
         run_ingest(settings)
     elif args.name == "enrich":
-        from pipeline.enrich_app import run_worker as run_enrich
+        from epistream.pipeline.enrich_app import run_worker as run_enrich
 
         run_enrich(settings)
     else:
-        from consumers.worker import run_worker as run_answer
+        from epistream.consumers.worker import run_worker as run_answer
 
         run_answer(settings)
     return 0
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    from pipeline.erasure import forget_everywhere
+    from epistream.pipeline.erasure import forget_everywhere
 
     from ..db import open_pool
 
@@ -253,7 +253,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 
 def cmd_prometheus(args: argparse.Namespace) -> int:
-    from infra import prometheus_server
+    from epistream.infra import prometheus_server
 
     settings = _settings()
     if args.action == "down":

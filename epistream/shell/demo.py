@@ -40,7 +40,7 @@ def run_demo(settings: Settings, *, start: bool = True, mode: Mode = Mode.FAST) 
     from ..errors import ServiceError
 
     if start:
-        from infra import services
+        from epistream.infra import services
 
         try:
             print_rows(services.up(settings))

@@ -18,7 +18,7 @@ from epistream.db import admin_database_url, database_url, on_database
 from epistream.readiness import port_open
 from epistream.settings import Settings
 from epistream.topics import ensure_topics
-from infra.process import ManagedProcess, wait_until
+from epistream.infra.process import ManagedProcess, wait_until
 
 from .conftest import count_turns, drop_database, own_database
 
@@ -44,14 +44,14 @@ class Deployment:
     def run(self, worker: str, port: int) -> ManagedProcess:
         """`epistream worker <worker>`, waited for until its /metrics answers."""
         process = ManagedProcess(f"worker-{worker}-{self.name}", self.settings.state_dir)
-        process.spawn([sys.executable, "-m", "epistream.shell.cli", "worker", worker],
+        process.spawn([sys.executable, "-P", "-m", "epistream.shell.cli", "worker", worker],
                       env=self.env | {PORT_OF[worker]: str(port)})
         wait_until(lambda: port_open("127.0.0.1", port), timeout=120, what=f"{worker} worker",
                    log_file=process.log_file)
         return process
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "epistream.shell.cli", *args], env=self.env,
+        return subprocess.run([sys.executable, "-P", "-m", "epistream.shell.cli", *args], env=self.env,
                               capture_output=True, text=True, timeout=120, check=False)
 
     def turns(self, tenant: str, conversation: str) -> int:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from epistream.settings import Settings
-from infra.process import ManagedProcess
+from epistream.infra.process import ManagedProcess
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
 from .deployments import deployments

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from consumers.retrieval import FUSED_TURNS, search_turns
+from epistream.consumers.retrieval import FUSED_TURNS, search_turns
 from epistream.client import ask
 from epistream.contracts import Answer, DeadLetter, Mode, Question
 from epistream.db import create_pool, tenant_scope

@@ -28,7 +28,7 @@ from epistream.kafka_io import create_consumer
 from epistream.readiness import port_open
 from epistream.settings import Settings
 from epistream.topics import ensure_topics
-from infra.process import ManagedProcess, pid_alive, wait_until
+from epistream.infra.process import ManagedProcess, pid_alive, wait_until
 from tests.support.scripted_llm import ScriptedLLM
 
 from .conftest import drop_database, own_database, read_topic
@@ -71,7 +71,7 @@ class AnswerEnv:
     def spawn(self, n: int) -> ManagedProcess:
         port = BASE_PORT + n
         process = ManagedProcess(f"worker-answer-scripted-{self.suffix}-{n}", self.settings.state_dir)
-        process.spawn([sys.executable, "-m", "epistream.shell.cli", "worker", "answer"],
+        process.spawn([sys.executable, "-P", "-m", "epistream.shell.cli", "worker", "answer"],
                       env=self.env | {"EPISTREAM_ANSWER_METRICS_PORT": str(port)})
         wait_until(lambda: port_open("127.0.0.1", port), timeout=90, what="scripted answer worker",
                    log_file=process.log_file)

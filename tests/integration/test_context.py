@@ -13,20 +13,20 @@ from types import SimpleNamespace
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from consumers.context import GistSources, Neighbours, build_context
-from consumers.modes.fast import answer_fast
-from consumers.packing import render
-from consumers.retrieval import Recipes
-from consumers.retrieval.speakers import named_speakers
+from epistream.consumers.context import GistSources, Neighbours, build_context
+from epistream.consumers.modes.fast import answer_fast
+from epistream.consumers.packing import render
+from epistream.consumers.retrieval import Recipes
+from epistream.consumers.retrieval.speakers import named_speakers
 from epistream.contracts import MemoryContext, Mode, Question, TimeRange
 from epistream.db import create_pool, tenant_scope
 from epistream.embeddings import Embedder
 from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
 from epistream.prompts import estimate_tokens
-from pipeline.ingest import ingest_batch
-from pipeline.records import RawRecord
-from pipeline.segmenter import SegmenterConfig
+from epistream.pipeline.ingest import ingest_batch
+from epistream.pipeline.records import RawRecord
+from epistream.pipeline.segmenter import SegmenterConfig
 from tests.support.scripted_llm import ScriptedLLM
 
 from .helpers import make_turns

@@ -13,20 +13,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from consumers.answer import answer_question
-from consumers.assistants import AssistantPool
-from consumers.deps import AnswerDeps
-from consumers.retrieval import SegmentRecipe, from_settings
-from consumers.router import route
-from consumers.timefilter import DateRange
+from epistream.consumers.answer import answer_question
+from epistream.consumers.assistants import AssistantPool
+from epistream.consumers.deps import AnswerDeps
+from epistream.consumers.retrieval import SegmentRecipe, from_settings
+from epistream.consumers.router import route
+from epistream.consumers.timefilter import DateRange
 from epistream.contracts import Mode, Question, Turn
 from epistream.db import create_pool, tenant_scope
 from epistream.embeddings import Embedder
 from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
-from pipeline.ingest import ingest_batch
-from pipeline.records import RawRecord
-from pipeline.segmenter import SegmenterConfig
+from epistream.pipeline.ingest import ingest_batch
+from epistream.pipeline.records import RawRecord
+from epistream.pipeline.segmenter import SegmenterConfig
 from tests.support.scripted_llm import ScriptedLLM
 
 pytestmark = pytest.mark.integration

@@ -23,13 +23,13 @@ from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
 from epistream.prompts import estimate_tokens
 from epistream.retry import Backoff
-from pipeline import enrich
-from pipeline.breaker import CircuitBreaker
-from pipeline.enrich import EnrichDeps, enrich_segment, retry_waiting
-from pipeline.ingest import ingest_batch
-from pipeline.records import RawRecord
-from pipeline.segmenter import SegmenterConfig
-from pipeline.store import memory
+from epistream.pipeline import enrich
+from epistream.pipeline.breaker import CircuitBreaker
+from epistream.pipeline.enrich import EnrichDeps, enrich_segment, retry_waiting
+from epistream.pipeline.ingest import ingest_batch
+from epistream.pipeline.records import RawRecord
+from epistream.pipeline.segmenter import SegmenterConfig
+from epistream.pipeline.store import memory
 from tests.support.scripted_llm import ScriptedLLM
 
 from .helpers import make_turns

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from epistream.errors import ModelOutputError
-from pipeline.store.graph import _statement
+from epistream.pipeline.store.graph import _statement
 from tests.support.scripted_llm import ScriptedLLM
 
 from .seed import run_enrichment, scripted_reply, seed_segment

@@ -17,7 +17,7 @@ import pytest
 from bench.budget_context import Query
 from bench.budget_recall import on_stack_memory
 from bench.budget_stored import CachedEmbedder, Memory, RouterSegments, StoredTurns
-from consumers.retrieval import from_settings
+from epistream.consumers.retrieval import from_settings
 from epistream.embeddings import Embedder, turn_embedding_text
 from epistream.settings import Settings
 from epistream.sources import LocomoQA, LocomoSample

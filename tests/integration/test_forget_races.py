@@ -23,13 +23,13 @@ import pytest
 from epistream.contracts import Segment, SegmentTurn
 from epistream.db import create_pool, tenant_scope
 from epistream.metrics import Metrics
-from pipeline import ingest
-from pipeline.enrichment import Enrichment, FactRow, GistRow
-from pipeline.ingest import ingest_batch
-from pipeline.records import RawRecord
-from pipeline.segmenter import SegmenterConfig
-from pipeline.store import graph, memory
-from pipeline.store.forget import forget
+from epistream.pipeline import ingest
+from epistream.pipeline.enrichment import Enrichment, FactRow, GistRow
+from epistream.pipeline.ingest import ingest_batch
+from epistream.pipeline.records import RawRecord
+from epistream.pipeline.segmenter import SegmenterConfig
+from epistream.pipeline.store import graph, memory
+from epistream.pipeline.store.forget import forget
 
 from .helpers import make_turns
 

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from epistream.health import Health, probe_all, probe_model
 from epistream.llm import endpoint_name
-from infra import services
+from epistream.infra import services
 
 
 @pytest.mark.integration

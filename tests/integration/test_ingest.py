@@ -10,7 +10,7 @@ from dataclasses import replace
 import psycopg
 import pytest
 
-from consumers.retrieval import FUSED_TURNS, search_turns
+from epistream.consumers.retrieval import FUSED_TURNS, search_turns
 from epistream.contracts import DeadLetter
 from epistream.embeddings import Embedder
 

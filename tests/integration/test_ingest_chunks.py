@@ -18,9 +18,9 @@ from epistream.contracts import SegmentCloseRequest, Turn
 from epistream.db import create_pool
 from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
-from pipeline.ingest import ingest_batch
-from pipeline.records import RawRecord
-from pipeline.store.tombstones import LOCK_EXCLUSIVE, LOCK_SHARED, WHOLE_TENANT
+from epistream.pipeline.ingest import ingest_batch
+from epistream.pipeline.records import RawRecord
+from epistream.pipeline.store.tombstones import LOCK_EXCLUSIVE, LOCK_SHARED, WHOLE_TENANT
 
 from .helpers import LONG_SEGMENTS as CONFIG
 from .helpers import POISON, T0, PickyEmbedder

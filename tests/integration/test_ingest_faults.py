@@ -17,10 +17,10 @@ from epistream.contracts import SegmentCloseRequest, Turn
 from epistream.embeddings import Embedder
 from epistream.errors import ContractError
 from epistream.metrics import Metrics
-from pipeline import outbox
-from pipeline.ingest import ingest_batch
-from pipeline.records import RawRecord
-from pipeline.segmenter import SegmenterConfig
+from epistream.pipeline import outbox
+from epistream.pipeline.ingest import ingest_batch
+from epistream.pipeline.records import RawRecord
+from epistream.pipeline.segmenter import SegmenterConfig
 
 from .helpers import LONG_SEGMENTS as CONFIG
 from .helpers import POISON, T0, PickyEmbedder

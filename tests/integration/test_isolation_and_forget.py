@@ -15,8 +15,8 @@ import pytest
 from epistream.client import ask
 from epistream.contracts import Mode, Question
 from epistream.db import create_pool, tenant_scope
-from pipeline.store.forget import forget
-from pipeline.store.graph import _statement
+from epistream.pipeline.store.forget import forget
+from epistream.pipeline.store.graph import _statement
 
 from .conftest import count_turns, wait_for
 from .helpers import make_turns, produce_turns

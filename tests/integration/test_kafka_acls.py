@@ -27,7 +27,7 @@ from epistream.kafka_io import create_producer, librdkafka_options, partitions_o
 from epistream.settings import Settings
 from epistream.tenants import credentials
 from epistream.tls import CA_FILE, embedded_tls_dir
-from infra import services
+from epistream.infra import services
 from tests.support.scripted_llm import ScriptedLLM
 
 from .conftest import read_topic, wait_for

@@ -9,12 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from consumers.retrieval import FUSED_TURNS, search_turns
+from epistream.consumers.retrieval import FUSED_TURNS, search_turns
 from epistream.db import tenant_scope
 from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
-from pipeline.ingest import ingest_batch
-from pipeline.records import RawRecord
+from epistream.pipeline.ingest import ingest_batch
+from epistream.pipeline.records import RawRecord
 
 from .helpers import make_turns
 
@@ -129,7 +129,7 @@ async def _exact_counts(pool, tenant: str, conversation: str) -> dict[str, int]:
 async def test_word_counts_follow_every_write_a_replay_a_correction_and_a_forget(postgres, pool, unique):
     """BM25's document frequencies (memory.term_counts) equal a recount of the turns after an ingest, a
     replay of the same records, a corrected turn and a forget, which leaves none of the words behind."""
-    from pipeline.store.forget import forget
+    from epistream.pipeline.store.forget import forget
 
     embedder = Embedder.from_settings(postgres)
     tenant, conversation, other = unique("tenant"), unique("conv"), unique("other")

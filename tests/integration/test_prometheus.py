@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from epistream.metrics import read_samples, sample_sum
-from infra import prometheus_server
+from epistream.infra import prometheus_server
 
 from .conftest import count_turns, wait_for
 from .helpers import make_turns, produce_turns

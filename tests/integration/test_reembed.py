@@ -13,9 +13,9 @@ import pytest
 from epistream.contracts import Turn
 from epistream.embeddings import TURN_EMBEDDING_VERSION, Embedder, turn_embedding_text
 from epistream.metrics import Metrics
-from pipeline.ingest import ingest_batch
-from pipeline.records import RawRecord
-from pipeline.reembed import reembed_round
+from epistream.pipeline.ingest import ingest_batch
+from epistream.pipeline.records import RawRecord
+from epistream.pipeline.reembed import reembed_round
 
 from .helpers import T0
 

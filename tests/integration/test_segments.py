@@ -13,9 +13,9 @@ import pytest
 from epistream.contracts import Segment, Turn
 from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
-from pipeline.ingest import ingest_batch
-from pipeline.records import RawRecord
-from pipeline.segmenter import SegmenterConfig
+from epistream.pipeline.ingest import ingest_batch
+from epistream.pipeline.records import RawRecord
+from epistream.pipeline.segmenter import SegmenterConfig
 
 from .conftest import read_topic, wait_for
 from .helpers import T0, produce_turns

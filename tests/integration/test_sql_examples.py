@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from epistream.db import reader_url
-from infra.postgres_server import psql_binary
+from epistream.infra.postgres_server import psql_binary
 
 from .seed import seed_memory
 

@@ -19,7 +19,7 @@ from aiokafka.errors import KafkaError
 
 from epistream.client import ask, produce_raw
 from epistream.contracts import Answer, Mode, Question
-from infra import services
+from epistream.infra import services
 
 from .conftest import count_turns, wait_for
 from .helpers import make_turns

@@ -10,7 +10,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from consumers.tools import (
+from epistream.consumers.tools import (
     TOOL_SPECS,
     ToolArgumentError,
     call_tool,

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from consumers.modes.fast import build_messages, evidence_from
-from consumers.packing import pack, rank, render, turn_candidate
-from consumers.prompts import MasterAnswer, load_prompt
-from consumers.retrieval import RetrievedTurn
+from epistream.consumers.modes.fast import build_messages, evidence_from
+from epistream.consumers.packing import pack, rank, render, turn_candidate
+from epistream.consumers.prompts import MasterAnswer, load_prompt
+from epistream.consumers.retrieval import RetrievedTurn
 from epistream.contracts import MemoryContext, Question
 from epistream.llm import response_format
 from epistream.settings import JsonMode

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 
-from consumers import worker
+from epistream.consumers import worker
 from epistream.claims import ClaimCheck
 from epistream.contracts import Answer, DeadLetter, Mode, Question
 from epistream.kafka_io import TopicDirectory

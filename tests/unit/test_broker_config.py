@@ -10,7 +10,7 @@ import pytest
 
 from epistream.errors import ServiceError
 from epistream.settings import Settings
-from infra.kafka_broker import write_broker_config
+from epistream.infra.kafka_broker import write_broker_config
 
 LOGIN = {"kafka_username": "epistream", "kafka_password": "workers-pw", "kafka_controller_port": 9093}
 
@@ -49,7 +49,7 @@ def test_a_password_that_would_break_out_of_its_quotes_is_refused(tmp_path):
 
 
 def test_an_embedded_broker_formatted_without_the_workers_login_says_how_to_proceed(tmp_path):
-    from infra.kafka_broker import FORMATTED_LOGIN, _check_login_formatted
+    from epistream.infra.kafka_broker import FORMATTED_LOGIN, _check_login_formatted
 
     secured = Settings(kafka_security_protocol="SASL_SSL", **LOGIN)
     (tmp_path / FORMATTED_LOGIN).write_text("")  # formatted PLAINTEXT

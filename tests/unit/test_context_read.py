@@ -7,8 +7,8 @@ from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
-from consumers.context import candidate_counts, question_periods, window_of
-from consumers.packing import (
+from epistream.consumers.context import candidate_counts, question_periods, window_of
+from epistream.consumers.packing import (
     SEPARATOR_TOKENS,
     fact_candidate,
     gist_candidate,
@@ -21,9 +21,9 @@ from consumers.packing import (
     used_tokens,
     with_dates,
 )
-from consumers.retrieval import FUSED_TURNS, RetrievedTurn
-from consumers.timefilter import asks_about_past, find_period
-from consumers.worker import fit_reply
+from epistream.consumers.retrieval import FUSED_TURNS, RetrievedTurn
+from epistream.consumers.timefilter import asks_about_past, find_period
+from epistream.consumers.worker import fit_reply
 from epistream.contracts import (
     Answer,
     MemoryContext,
@@ -215,7 +215,7 @@ def test_a_turn_in_its_own_offset_resolves_its_dates_on_its_own_day():
 
 
 def test_dates_are_resolved_only_for_lines_that_may_fit(monkeypatch):
-    import consumers.packing as packing
+    import epistream.consumers.packing as packing
 
     resolved: list[str] = []
     real = packing._said_dates

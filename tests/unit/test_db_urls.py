@@ -44,14 +44,14 @@ def test_split_password_of_a_url_without_one_is_that_url_and_none():
 
 
 def test_psql_gets_the_password_in_its_environment_not_on_its_command_line(monkeypatch):
-    import infra.postgres_server
+    import epistream.infra.postgres_server
     from epistream.shell import cli
 
     monkeypatch.setenv("EPISTREAM_DATABASE_URL", WORKERS)
     monkeypatch.setenv("EPISTREAM_DATABASE_ADMIN_URL", "postgresql://owner:0wner%20pw@db.example/epistream")
     monkeypatch.delenv("EPISTREAM_DB_READER_PASSWORD", raising=False)
     monkeypatch.delenv("PGPASSWORD", raising=False)
-    monkeypatch.setattr(infra.postgres_server, "psql_binary", lambda: "/bin/psql")
+    monkeypatch.setattr(epistream.infra.postgres_server, "psql_binary", lambda: "/bin/psql")
     runs: list[tuple[list[str], dict[str, str]]] = []
     monkeypatch.setattr(cli.os, "execve", lambda path, argv, env: runs.append((argv, env)))
 

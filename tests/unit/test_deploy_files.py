@@ -14,7 +14,7 @@ import yaml
 
 from epistream.metrics import Metrics, SupervisorMetrics
 from epistream.settings import Settings
-from infra import prometheus_server
+from epistream.infra import prometheus_server
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "infra" / "deploy"
@@ -312,7 +312,7 @@ def _properties(text: str) -> dict[str, str]:
 def test_brokers_never_create_topics_and_support_transactions(compose):
     """A question's reply_topic must never create a topic: both brokers refuse to auto-create, and the
     answer worker's transactions work on one broker (the transaction log needs one replica). Both run
-    on the configuration rendered from one template (infra.kafka_broker)."""
+    on the configuration rendered from one template (epistream.infra.kafka_broker)."""
     embedded = _properties((ROOT / "infra" / "kafka" / "server.properties.template").read_text())
     assert embedded["auto.create.topics.enable"] == "false"
     assert embedded["transaction.state.log.replication.factor"] == "1"

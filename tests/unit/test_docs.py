@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from epistream.settings import Settings
-from infra.env_example import render
+from epistream.infra.env_example import render
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_every_setting_is_documented():
     readme = (ROOT / "README.md").read_text()
     example = (ROOT / ".env.example").read_text()
-    assert example == render(), "regenerate: python -m infra.env_example > .env.example"
+    assert example == render(), "regenerate: python -m epistream.infra.env_example > .env.example"
     for name in Settings.model_fields:
         variable = f"EPISTREAM_{name.upper()}"
         assert f"`{variable}`" in readme, f"{variable} missing from README's configuration table"

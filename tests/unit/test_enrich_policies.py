@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from epistream.contracts import SegmentTurn
 from epistream.llm import storable
 from epistream.retry import Backoff
-from pipeline.breaker import CircuitBreaker
-from pipeline.prompt_fit import fit_turns, marker
+from epistream.pipeline.breaker import CircuitBreaker
+from epistream.pipeline.prompt_fit import fit_turns, marker
 
 
 class Clock:

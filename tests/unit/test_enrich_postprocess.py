@@ -6,8 +6,8 @@ from datetime import date, datetime, timedelta, timezone
 
 from epistream.contracts import Segment, SegmentTurn
 from epistream.names import entity_id, normalize_name, normalize_predicate, resolve_speaker
-from pipeline.enrich import build_messages, postprocess
-from pipeline.prompts import EnrichmentOut
+from epistream.pipeline.enrich import build_messages, postprocess
+from epistream.pipeline.prompts import EnrichmentOut
 
 TZ = timezone(timedelta(hours=1))
 TURNS = [

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError, NodeNotReadyError, RecordTooLargeError
 
-from consumers.prompts import AssistantReply
+from epistream.consumers.prompts import AssistantReply
 from epistream.contracts import DeadLetter, Question, Segment, SegmentCloseRequest, Turn, decode
 from epistream.errors import ContractError, ModelOutputError, ModelUnavailable, is_transient
 from epistream.kafka_io import dead_letter
@@ -21,7 +21,7 @@ from epistream.llm import ModelClient
 from epistream.metrics import Metrics
 from epistream.retry import BLOCKING, Backoff, retry
 from epistream.settings import JsonMode
-from pipeline.records import RawRecord
+from epistream.pipeline.records import RawRecord
 
 TURN = {"tenant": "t", "conversation_id": "c", "turn_id": "t1", "speaker": "Alice", "text": "hi",
         "ts": "2024-01-01T10:00:00+00:00"}

@@ -15,10 +15,10 @@ from epistream.contracts import DeadLetter
 from epistream.errors import ContractError
 from epistream.metrics import Metrics
 from epistream.retry import Backoff
-from pipeline.delivery import settle
-from pipeline.housekeeping import guarded
-from pipeline.ingest import IngestResult, Rejected
-from pipeline.records import RawRecord
+from epistream.pipeline.delivery import settle
+from epistream.pipeline.housekeeping import guarded
+from epistream.pipeline.ingest import IngestResult, Rejected
+from epistream.pipeline.records import RawRecord
 
 QUICK = Backoff(first_s=0.001, cap_s=0.001)
 

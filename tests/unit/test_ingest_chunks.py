@@ -2,7 +2,7 @@
 order, while the next one is embedded; a permanent error isolates records within its chunk only,
 never storing or counting a committed chunk twice; a cancel leaves the next chunk's embedding unused.
 
-PostgreSQL is faked at the one seam that writes (`pipeline.ingest._write`); the embedder is a stub
+PostgreSQL is faked at the one seam that writes (`epistream.pipeline.ingest._write`); the embedder is a stub
 that records when it ran. The same behaviour against the real database: tests/integration/test_ingest_chunks.py."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import pytest
 
 from epistream.contracts import SegmentCloseRequest, Turn
 from epistream.metrics import Metrics
-from pipeline import ingest
-from pipeline.ingest import ingest_batch, split_chunks
-from pipeline.records import RawRecord
-from pipeline.segmenter import SegmenterConfig
+from epistream.pipeline import ingest
+from epistream.pipeline.ingest import ingest_batch, split_chunks
+from epistream.pipeline.records import RawRecord
+from epistream.pipeline.segmenter import SegmenterConfig
 
 T0 = datetime(2024, 5, 6, 9, 0, tzinfo=UTC)
 CONFIG = SegmenterConfig(max_tokens=10_000, overlap_share=0.0, max_gap=timedelta(hours=1))

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from consumers.assistants import SegmentText, SegmentTurnText, segment_prompt
-from consumers.modes.agentic import AGENT_PROMPT, AgentStep, system_prompt
-from consumers.prompts import ANSWER_PROMPT, ASSISTANT_PROMPT, MASTER_PROMPT, AssistantReply, MasterAnswer
+from epistream.consumers.assistants import SegmentText, SegmentTurnText, segment_prompt
+from epistream.consumers.modes.agentic import AGENT_PROMPT, AgentStep, system_prompt
+from epistream.consumers.prompts import ANSWER_PROMPT, ASSISTANT_PROMPT, MASTER_PROMPT, AssistantReply, MasterAnswer
 from epistream.contracts import Segment, SegmentTurn
 from epistream.prompts import fence, load_prompt, prompt, register, turn_line
-from pipeline.enrich import build_messages
-from pipeline.prompts import ENRICH_PROMPT, EnrichmentOut
+from epistream.pipeline.enrich import build_messages
+from epistream.pipeline.prompts import ENRICH_PROMPT, EnrichmentOut
 
 ROOT = Path(__file__).resolve().parents[2]
 TS = datetime(2024, 1, 17, 19, 14, tzinfo=UTC)
@@ -46,11 +46,11 @@ def test_every_prompt_file_is_registered_once_with_its_schema():
 
 
 def test_registering_again_returns_the_same_text_and_an_unknown_version_says_what_is_known():
-    assert register("pipeline.prompts", "enrich", 1, EnrichmentOut) == ENRICH_PROMPT
+    assert register("epistream.pipeline.prompts", "enrich", 1, EnrichmentOut) == ENRICH_PROMPT
     with pytest.raises(KeyError, match="enrich_v1"):
         prompt("enrich_v9")
     with pytest.raises(FileNotFoundError):
-        register("pipeline.prompts", "enrich", 9, EnrichmentOut)
+        register("epistream.pipeline.prompts", "enrich", 9, EnrichmentOut)
 
 
 def test_the_agent_prompt_ends_with_the_tool_list():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from psycopg import sql
 
-from consumers.retrieval import (
+from epistream.consumers.retrieval import (
     DENSE_TURNS,
     FUSED_TURNS,
     LEXICAL_GISTS,
@@ -30,8 +30,8 @@ from consumers.retrieval import (
     reciprocal_rank,
     turns_by_id,
 )
-from consumers.retrieval.segments import DENSE_PATHWAY, lexical_pathway, summary_pathway
-from consumers.retrieval.turns import fused_turn_search
+from epistream.consumers.retrieval.segments import DENSE_PATHWAY, lexical_pathway, summary_pathway
+from epistream.consumers.retrieval.turns import fused_turn_search
 from epistream.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,7 +177,7 @@ def test_the_query_side_reads_turns_and_keyword_queries_only_through_the_retriev
 
 
 def test_the_hnsw_search_is_twice_as_wide_as_the_pool_it_fills_within_pgvectors_bounds():
-    from consumers.retrieval.turns import EF_SEARCH_DEFAULT, EF_SEARCH_MAX, search_width
+    from epistream.consumers.retrieval.turns import EF_SEARCH_DEFAULT, EF_SEARCH_MAX, search_width
 
     assert search_width(8) == EF_SEARCH_DEFAULT
     assert search_width(100) == 200

@@ -5,11 +5,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from consumers.answer import choose_mode
-from consumers.assistants import SegmentText, SegmentTurnText, pick_endpoint, verify
-from consumers.prompts import AssistantReply
-from consumers.retrieval import SegmentRecipe, fuse
-from consumers.router import select
+from epistream.consumers.answer import choose_mode
+from epistream.consumers.assistants import SegmentText, SegmentTurnText, pick_endpoint, verify
+from epistream.consumers.prompts import AssistantReply
+from epistream.consumers.retrieval import SegmentRecipe, fuse
+from epistream.consumers.router import select
 from epistream.contracts import Mode, Question
 
 SCORES = {

@@ -10,7 +10,7 @@ from bench.workload_scale import WorkloadSpec, turns
 from epistream.contracts import Segment, SegmentTurn, Turn
 from epistream.prompts import estimate_tokens
 from epistream.settings import Settings
-from pipeline.enrich import build_messages
+from epistream.pipeline.enrich import build_messages
 
 # The defaults, whatever the environment says: the integration tests' conftest sets small segments
 # for the test stack in os.environ, and pytest imports it before this module.

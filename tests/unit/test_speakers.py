@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from consumers.retrieval.speakers import MAX_CANDIDATES, candidate_names, without_names
+from epistream.consumers.retrieval.speakers import MAX_CANDIDATES, candidate_names, without_names
 
 
 def test_candidates_are_case_folded_runs_of_up_to_three_words_without_possessives():

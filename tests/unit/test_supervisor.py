@@ -15,10 +15,10 @@ import pytest
 from epistream.metrics import SupervisorMetrics
 from epistream.readiness import wait_until
 from epistream.settings import Settings
-from infra import supervisor as sup
-from infra.service import ServiceSpec
-from infra.services import _join
-from infra.supervisor import Supervisor
+from epistream.infra import supervisor as sup
+from epistream.infra.service import ServiceSpec
+from epistream.infra.services import _join
+from epistream.infra.supervisor import Supervisor
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from consumers.modes.deep import window_for
-from consumers.timefilter import DateRange, extract
+from epistream.consumers.modes.deep import window_for
+from epistream.consumers.timefilter import DateRange, extract
 from epistream.contracts import Mode, Question
 
 LAST_DAY = datetime(9999, 12, 31, tzinfo=UTC)

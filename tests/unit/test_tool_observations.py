@@ -10,8 +10,8 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from consumers.assistants import QuotedTurn
-from consumers.tools import (
+from epistream.consumers.assistants import QuotedTurn
+from epistream.consumers.tools import (
     AssistantReadResult,
     Cut,
     EntityContexts,

@@ -8,7 +8,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from consumers.tools import (
+from epistream.consumers.tools import (
     MAX_LIMIT,
     TOOL_SPECS,
     FindEntityContextsArgs,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from consumers.retrieval import RetrievedTurn, WindowRecipe
-from consumers.windows import merge_windows, turn_tokens
+from epistream.consumers.retrieval import RetrievedTurn, WindowRecipe
+from epistream.consumers.windows import merge_windows, turn_tokens
 
 T0 = datetime(2024, 5, 6, 9, 0, tzinfo=UTC)
 
