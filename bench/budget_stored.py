@@ -35,10 +35,10 @@ from epistream.contracts import Mode, Question, SegmentCloseRequest, Turn
 from epistream.db import admin_database_url, apply_migrations, create_pool, on_database, tenant_scope
 from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
-from epistream.settings import Settings
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.store.segments import config_from
+from epistream.settings import Settings
 
 from .budget_context import Piece, Query, turn_piece
 

@@ -14,10 +14,10 @@ import psycopg
 from psycopg import sql
 
 from epistream.kafka_io import consumer_lag
-from epistream.settings import Settings
-from epistream.topics import delete_records, log_offsets
 from epistream.pipeline.store.forget import ADD_TOMBSTONE, forget
 from epistream.pipeline.store.tombstones import WHOLE_TENANT
+from epistream.settings import Settings
+from epistream.topics import delete_records, log_offsets
 
 BENCH_PREFIX = "bench-"
 # Every table that holds a tenant column; memory.tombstones is left out on purpose (see forget_tenants).

@@ -27,11 +27,11 @@ from epistream.consumers.retrieval import Recipes, from_settings
 from epistream.db import create_pool, on_database
 from epistream.embeddings import Embedder
 from epistream.metrics import Metrics
-from epistream.settings import Settings
-from epistream.sources import load_locomo
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.segmenter import SegmenterConfig
+from epistream.settings import Settings
+from epistream.sources import load_locomo
 
 from .report import write_results
 from .scratch_db import scratch_database

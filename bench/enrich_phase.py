@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from epistream.contracts import Segment
-from epistream.settings import Settings
 from epistream.pipeline.segmenter import SegmenterConfig
+from epistream.settings import Settings
 
 from . import cleanup, enrich_report, report
 from .enrich_measure import read_run

@@ -29,10 +29,10 @@ from epistream.contracts import Turn
 from epistream.db import create_pool, on_database
 from epistream.embeddings import Embedder, turn_embedding_text
 from epistream.metrics import Metrics
-from epistream.settings import Settings, load_settings
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.store.segments import config_from
+from epistream.settings import Settings, load_settings
 
 from . import report
 from .scratch_db import scratch_database

@@ -23,10 +23,10 @@ from pydantic import ValidationError
 
 from epistream.contracts import Segment
 from epistream.llm import response_format
-from epistream.settings import Settings
 from epistream.pipeline.enrich import build_messages
 from epistream.pipeline.prompts import EnrichmentOut
 from epistream.pipeline.store.segments import load_segment
+from epistream.settings import Settings
 
 # Far above the worker's own timeout: the baseline must finish to be a baseline.
 DIRECT_TIMEOUT_S = 1800.0

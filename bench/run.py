@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from epistream.db import admin_database_url
-from epistream.settings import Settings
 from epistream.infra import services
+from epistream.settings import Settings
 
 from . import enrich_report
 from .enrich_phase import EnrichOptions, run_enrich

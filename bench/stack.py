@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from epistream.settings import Settings
 from epistream.infra import services, supervisor
+from epistream.settings import Settings
 
 # The processes the supervisor runs, by the names the reports use.
 OWN_PROCESSES = ("worker-ingest", "worker-answer", "model-server", "kafka")

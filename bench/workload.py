@@ -22,9 +22,9 @@ from itertools import zip_longest
 from pathlib import Path
 
 from epistream.contracts import Turn
-from epistream.sources import load_locomo
 from epistream.pipeline.segmenter import SegmenterConfig, SegmenterState, close, estimate_tokens, feed
 from epistream.pipeline.store.segments import turn_line
+from epistream.sources import load_locomo
 
 from .produce import Record
 

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from epistream.db import admin_database_url
-from epistream.settings import Settings
 from epistream.infra import services, supervisor
+from epistream.settings import Settings
 
 from . import report, settle, workload
 from .hostile import run_hostile

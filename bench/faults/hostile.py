@@ -20,10 +20,10 @@ from typing import Any, Literal, Protocol
 import psycopg
 
 from epistream.contracts import Turn
+from epistream.infra import services, supervisor
 from epistream.kafka_io import create_producer
 from epistream.readiness import WaitTimeout, wait_for_turns
 from epistream.settings import Settings
-from epistream.infra import services, supervisor
 
 from . import observe
 

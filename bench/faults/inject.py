@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 from epistream.errors import ServiceError
 from epistream.health import worker_group
+from epistream.infra import services
+from epistream.infra.process import pid_alive
 from epistream.kafka_io import group_members, worker_client_id
 from epistream.readiness import poll
 from epistream.settings import Settings
-from epistream.infra import services
-from epistream.infra.process import pid_alive
 
 
 @dataclass

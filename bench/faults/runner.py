@@ -13,8 +13,8 @@ import traceback
 from datetime import timedelta
 from typing import Any
 
-from epistream.settings import Settings
 from epistream.pipeline.segmenter import SegmenterConfig
+from epistream.settings import Settings
 
 from . import observe, settle, workload
 from .inject import FaultLog

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import psycopg
 
 from epistream.db import open_pool
-from epistream.readiness import poll
-from epistream.settings import Settings
 from epistream.infra import services
 from epistream.pipeline.erasure import forget_everywhere
+from epistream.readiness import poll
+from epistream.settings import Settings
 
 from . import inject
 from .inject import FaultLog

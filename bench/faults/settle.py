@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from epistream.infra import services, supervisor
 from epistream.readiness import WaitTimeout, poll, wait_for_enrichment, wait_for_turns
 from epistream.settings import Settings
-from epistream.infra import services, supervisor
 
 from .observe import Offsets, letters, read_since
 

@@ -36,12 +36,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from epistream.contracts import Segment, SegmentTurn, Turn
-from epistream.prompts import estimate_tokens
-from epistream.settings import Settings
 from epistream.pipeline.enrich import build_messages, fit_segment
 from epistream.pipeline.prompts import ENRICH_PROMPT
 from epistream.pipeline.segmenter import ClosedSegment, SegmenterConfig, SegmenterState, Step, close, feed
 from epistream.pipeline.store import segments
+from epistream.prompts import estimate_tokens
+from epistream.settings import Settings
 
 from ..report import write_results
 from ..workload_scale import PRESETS, WorkloadSpec, turns

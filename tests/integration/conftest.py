@@ -59,11 +59,11 @@ for _name, _value in TEST_ENV.items():
     os.environ.setdefault(_name, _value)
 
 from epistream.db import admin_database_url, apply_migrations, create_pool, on_database
+from epistream.infra import services, supervisor
+from epistream.infra.process import pid_alive
 from epistream.kafka_io import create_consumer, partitions_of
 from epistream.readiness import stored_turns, wait_until
 from epistream.settings import Settings
-from epistream.infra import services, supervisor
-from epistream.infra.process import pid_alive
 
 TIERS = ("postgres", "kafka", "stack")  # cheapest first; a test's tier is the richest it asks for
 TIER_SERVICES: dict[str, set[str] | None] = {"postgres": {"postgres"}, "kafka": {"postgres", "kafka"}, "stack": None}

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pydantic import SecretStr
 
 from epistream.db import admin_database_url, database_url, on_database
+from epistream.infra.process import ManagedProcess, wait_until
 from epistream.readiness import port_open
 from epistream.settings import Settings
 from epistream.topics import ensure_topics
-from epistream.infra.process import ManagedProcess, wait_until
 
 from .conftest import count_turns, drop_database, own_database
 

@@ -10,8 +10,8 @@ import numpy as np
 from epistream.client import produce_raw
 from epistream.contracts import Turn
 from epistream.embeddings import Embedder
-from epistream.settings import Settings
 from epistream.pipeline.segmenter import SegmenterConfig
+from epistream.settings import Settings
 
 T0 = datetime(2024, 5, 6, 9, 0, tzinfo=timezone(timedelta(hours=2)))
 

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from epistream.settings import Settings
 from epistream.infra.process import ManagedProcess
+from epistream.settings import Settings
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
 from .deployments import deployments

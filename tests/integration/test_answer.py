@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from epistream.consumers.retrieval import FUSED_TURNS, search_turns
 from epistream.client import ask
+from epistream.consumers.retrieval import FUSED_TURNS, search_turns
 from epistream.contracts import Answer, DeadLetter, Mode, Question
 from epistream.db import create_pool, tenant_scope
 from epistream.embeddings import Embedder

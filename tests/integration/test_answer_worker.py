@@ -24,11 +24,11 @@ from psycopg import sql
 from epistream.client import produce_raw
 from epistream.contracts import Answer, DeadLetter, Mode, Question
 from epistream.db import APP_ROLE, admin_database_url, database_url, on_database
+from epistream.infra.process import ManagedProcess, pid_alive, wait_until
 from epistream.kafka_io import create_consumer
 from epistream.readiness import port_open
 from epistream.settings import Settings
 from epistream.topics import ensure_topics
-from epistream.infra.process import ManagedProcess, pid_alive, wait_until
 from tests.support.scripted_llm import ScriptedLLM
 
 from .conftest import drop_database, own_database, read_topic

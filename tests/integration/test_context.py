@@ -23,10 +23,10 @@ from epistream.db import create_pool, tenant_scope
 from epistream.embeddings import Embedder
 from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
-from epistream.prompts import estimate_tokens
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.segmenter import SegmenterConfig
+from epistream.prompts import estimate_tokens
 from tests.support.scripted_llm import ScriptedLLM
 
 from .helpers import make_turns

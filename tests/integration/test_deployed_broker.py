@@ -20,12 +20,12 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
+from epistream.infra.kafka_broker import kafka_jars
+from epistream.infra.process import wait_until
 from epistream.kafka_io import create_producer
 from epistream.readiness import port_open
 from epistream.settings import Settings
 from epistream.topics import ensure_topics
-from epistream.infra.kafka_broker import kafka_jars
-from epistream.infra.process import wait_until
 
 from .conftest import ROOT
 

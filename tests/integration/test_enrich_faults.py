@@ -21,8 +21,6 @@ from epistream.db import tenant_scope
 from epistream.embeddings import Embedder
 from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
-from epistream.prompts import estimate_tokens
-from epistream.retry import Backoff
 from epistream.pipeline import enrich
 from epistream.pipeline.breaker import CircuitBreaker
 from epistream.pipeline.enrich import EnrichDeps, enrich_segment, retry_waiting
@@ -30,6 +28,8 @@ from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.segmenter import SegmenterConfig
 from epistream.pipeline.store import memory
+from epistream.prompts import estimate_tokens
+from epistream.retry import Backoff
 from tests.support.scripted_llm import ScriptedLLM
 
 from .helpers import make_turns

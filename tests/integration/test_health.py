@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from epistream.health import Health, probe_all, probe_model
-from epistream.llm import endpoint_name
 from epistream.infra import services
+from epistream.llm import endpoint_name
 
 
 @pytest.mark.integration

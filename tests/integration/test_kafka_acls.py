@@ -23,11 +23,11 @@ from pydantic import SecretStr
 
 from epistream.client import context, produce_raw
 from epistream.contracts import DeadLetter
+from epistream.infra import services
 from epistream.kafka_io import create_producer, librdkafka_options, partitions_of
 from epistream.settings import Settings
 from epistream.tenants import credentials
 from epistream.tls import CA_FILE, embedded_tls_dir
-from epistream.infra import services
 from tests.support.scripted_llm import ScriptedLLM
 
 from .conftest import read_topic, wait_for

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 
-from epistream.consumers import worker
 from epistream.claims import ClaimCheck
+from epistream.consumers import worker
 from epistream.contracts import Answer, DeadLetter, Mode, Question
 from epistream.kafka_io import TopicDirectory
 from epistream.metrics import Metrics

@@ -9,8 +9,8 @@ import stat
 import pytest
 
 from epistream.errors import ServiceError
-from epistream.settings import Settings
 from epistream.infra.kafka_broker import write_broker_config
+from epistream.settings import Settings
 
 LOGIN = {"kafka_username": "epistream", "kafka_password": "workers-pw", "kafka_controller_port": 9093}
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from epistream.infra import prometheus_server
 from epistream.metrics import Metrics, SupervisorMetrics
 from epistream.settings import Settings
-from epistream.infra import prometheus_server
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "infra" / "deploy"

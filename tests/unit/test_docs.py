@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from epistream.settings import Settings
 from epistream.infra.env_example import render
+from epistream.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

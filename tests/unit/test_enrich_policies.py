@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 from epistream.contracts import SegmentTurn
 from epistream.llm import storable
-from epistream.retry import Backoff
 from epistream.pipeline.breaker import CircuitBreaker
 from epistream.pipeline.prompt_fit import fit_turns, marker
+from epistream.retry import Backoff
 
 
 class Clock:

@@ -19,9 +19,9 @@ from epistream.errors import ContractError, ModelOutputError, ModelUnavailable, 
 from epistream.kafka_io import dead_letter
 from epistream.llm import ModelClient
 from epistream.metrics import Metrics
+from epistream.pipeline.records import RawRecord
 from epistream.retry import BLOCKING, Backoff, retry
 from epistream.settings import JsonMode
-from epistream.pipeline.records import RawRecord
 
 TURN = {"tenant": "t", "conversation_id": "c", "turn_id": "t1", "speaker": "Alice", "text": "hi",
         "ts": "2024-01-01T10:00:00+00:00"}

@@ -87,8 +87,8 @@ def test_the_suite_refuses_a_running_stack_started_without_its_worker_settings(t
     import os
 
     from bench.faults.__main__ import WORKER_ENV, settings_the_running_stack_lacks
-    from epistream.settings import Settings
     from epistream.infra import supervisor
+    from epistream.settings import Settings
 
     for name, value in WORKER_ENV.items():
         monkeypatch.setenv(name, value)

@@ -14,11 +14,11 @@ from aiokafka.errors import KafkaConnectionError
 from epistream.contracts import DeadLetter
 from epistream.errors import ContractError
 from epistream.metrics import Metrics
-from epistream.retry import Backoff
 from epistream.pipeline.delivery import settle
 from epistream.pipeline.housekeeping import guarded
 from epistream.pipeline.ingest import IngestResult, Rejected
 from epistream.pipeline.records import RawRecord
+from epistream.retry import Backoff
 
 QUICK = Backoff(first_s=0.001, cap_s=0.001)
 

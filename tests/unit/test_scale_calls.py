@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 from bench.scale.calls import CallCounter, Tally, count, prompt_cost
 from bench.workload_scale import WorkloadSpec, turns
 from epistream.contracts import Segment, SegmentTurn, Turn
+from epistream.pipeline.enrich import build_messages
 from epistream.prompts import estimate_tokens
 from epistream.settings import Settings
-from epistream.pipeline.enrich import build_messages
 
 # The defaults, whatever the environment says: the integration tests' conftest sets small segments
 # for the test stack in os.environ, and pytest imports it before this module.

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from epistream.metrics import SupervisorMetrics
-from epistream.readiness import wait_until
-from epistream.settings import Settings
 from epistream.infra import supervisor as sup
 from epistream.infra.service import ServiceSpec
 from epistream.infra.services import _join
 from epistream.infra.supervisor import Supervisor
+from epistream.metrics import SupervisorMetrics
+from epistream.readiness import wait_until
+from epistream.settings import Settings
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
