@@ -12,10 +12,20 @@ from datetime import UTC, datetime
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from .claims import ClaimCheck, signed_headers
-from .contracts import CONTEXT_BUDGET_DEFAULT, Answer, MemoryContext, Mode, Question, decode, validated
+from .contracts import (
+    CONTEXT_BUDGET_DEFAULT,
+    Answer,
+    ForgetRecord,
+    MemoryContext,
+    Mode,
+    Question,
+    decode,
+    validated,
+)
+from .erasure import publish_forgotten
 from .kafka_io import create_consumer, create_producer, partitions_of
 from .replies import tenant_reply_topic
-from .settings import Settings
+from .settings import ClientSettings
 
 
 def claim_headers(check: ClaimCheck, value: bytes, tenant_key: bytes | None = None) -> list[tuple[str, bytes]]:
@@ -43,7 +53,7 @@ async def _start(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
 
 
 async def produce_raw(
-    settings: Settings, records: Iterable[tuple[bytes | None, bytes]], *, topic: str | None = None, progress=None,
+    settings: ClientSettings, records: Iterable[tuple[bytes | None, bytes]], *, topic: str | None = None, progress=None,
     tenant_key: bytes | None = None,
 ) -> int:
     """Send (key, value) pairs to `memory.turns` (or `topic`), each signed for its tenant (see
@@ -69,14 +79,14 @@ async def produce_raw(
     return sent
 
 
-async def ask(settings: Settings, question: Question, *, timeout_s: float = 300.0,
+async def ask(settings: ClientSettings, question: Question, *, timeout_s: float = 300.0,
               tenant_key: bytes | None = None) -> Answer:
     """Produce a question (signed for its tenant, see `claim_headers`) and wait for its answer on the reply topic."""
     return decode(await _request(settings, question, timeout_s, tenant_key), Answer, what="answer")
 
 
 async def context(
-    settings: Settings, *, tenant: str, question: str, budget_tokens: int = CONTEXT_BUDGET_DEFAULT,
+    settings: ClientSettings, *, tenant: str, question: str, budget_tokens: int = CONTEXT_BUDGET_DEFAULT,
     since: datetime | None = None, until: datetime | None = None, conversation_ids: list[str] | None = None,
     asked_at: datetime | None = None, reply_topic: str | None = None, timeout_s: float = 30.0,
     tenant_key: bytes | None = None,
@@ -94,7 +104,7 @@ async def context(
     return decode(await _request(settings, request, timeout_s, tenant_key), MemoryContext, what="context reply")
 
 
-async def _request(settings: Settings, question: Question, timeout_s: float, tenant_key: bytes | None) -> bytes:
+async def _request(settings: ClientSettings, question: Question, timeout_s: float, tenant_key: bytes | None) -> bytes:
     """Produce a question and return the value of its reply (keyed by its id) on the reply topic."""
     check = ClaimCheck.from_settings(settings)
     reply_topic = question.reply_topic or settings.topic_answers
@@ -130,3 +140,13 @@ async def _request(settings: Settings, question: Question, timeout_s: float, ten
     finally:
         await producer.stop()
         await consumer.stop()
+
+
+async def forget(settings: ClientSettings, *, tenant: str, conversation_id: str | None = None) -> ForgetRecord:
+    """Forget a conversation (None: every conversation of the tenant) through Kafka: the erasure is written
+    to the compacted memory.forgotten, which every ingest worker applies as it arrives and again on every
+    start, so a database rebuilt from Kafka stays without it. Returns the record written; the deletion
+    itself follows within the ingest worker's reading of that topic."""
+    record = ForgetRecord(tenant=tenant, conversation_id=conversation_id, forgotten_at=datetime.now(UTC))
+    await publish_forgotten(settings, record)
+    return record

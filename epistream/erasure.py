@@ -15,12 +15,12 @@ from pydantic import ValidationError
 
 from .contracts import ForgetRecord
 from .kafka_io import create_consumer, create_producer, partitions_of
-from .settings import Settings
+from .settings import ClientSettings
 
 log = logging.getLogger(__name__)
 
 
-async def publish_forgotten(settings: Settings, record: ForgetRecord) -> None:
+async def publish_forgotten(settings: ClientSettings, record: ForgetRecord) -> None:
     """Write the record and wait for every in-sync replica to hold it (acks=all)."""
     producer = create_producer(settings)
     await producer.start()
@@ -39,7 +39,7 @@ def parse_forgotten(raw: bytes | None) -> ForgetRecord | None:
         return None
 
 
-async def read_forgotten(settings: Settings) -> list[ForgetRecord]:
+async def read_forgotten(settings: ClientSettings) -> list[ForgetRecord]:
     """Every record of the topic, from its start to the end it had when the read began."""
     partitions = [TopicPartition(settings.topic_forgotten, p)
                   for p in await partitions_of(settings, settings.topic_forgotten)]

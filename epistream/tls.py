@@ -16,9 +16,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from .settings import Settings
+from .settings import KAFKA_CA_FILE, Settings
 
-CA_FILE = "ca.crt"
+CA_FILE = KAFKA_CA_FILE
 BROKER_FILE = "broker.pem"
 _CA_KEY_FILE = "ca.key"  # kept beside, private: a new host name is signed by the same CA
 _VALID_DAYS = 825  # the longest TLS clients accept for a server certificate
@@ -39,7 +39,7 @@ class BrokerCertificates:
 
 def embedded_tls_dir(settings: Settings) -> Path:
     """Where the embedded broker keeps its CA and certificate; its clients trust this CA by default."""
-    return settings.state_dir / "kafka" / "tls"
+    return settings.kafka_tls_dir
 
 
 def _name(common_name: str) -> x509.Name:

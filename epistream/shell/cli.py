@@ -13,13 +13,18 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..settings import Settings, SettingsError, load_settings
+from ..settings import ClientSettings, Settings, SettingsError, load_settings
 from .access import add_access_commands
 from .output import fail_loudly, print_answer, print_rows, unhealthy
 
 
 def _settings() -> Settings:
     return load_settings()
+
+
+def _client_settings() -> ClientSettings:
+    """The client verbs' settings (produce, ask, context, forget): a client install configures no server."""
+    return load_settings(ClientSettings)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -88,7 +93,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     from ..client import produce_raw
     from ..sources import detect_format, read_turns_jsonl
 
-    settings = _settings()
+    settings = _client_settings()
     path = Path(args.file)
     if detect_format(path) == "jsonl":
         bad = [(n, e) for n, d, e in read_turns_jsonl(path) if d is None]
@@ -105,7 +110,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from ..client import ask
     from ..contracts import Mode, Question
 
-    settings = _settings()
+    settings = _client_settings()
     question = Question(
         question_id=f"q-{uuid.uuid4()}",
         tenant=args.tenant,
@@ -141,7 +146,7 @@ def cmd_context(args: argparse.Namespace) -> int:
     from ..client import context
     from ..errors import ContractError
 
-    settings = _settings()
+    settings = _client_settings()
     if not args.no_check:
         bad = unhealthy(settings, {"kafka", "worker-answer"})
         if bad:
@@ -228,16 +233,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    from epistream.pipeline.erasure import forget_everywhere
-
-    from ..db import open_pool
-
     if args.conversation is None and not args.whole_tenant:
         print("give --conversation ID, or --whole-tenant to forget everything of the tenant", file=sys.stderr)
         return 2
+    try:
+        from epistream.pipeline.erasure import forget_everywhere
+        from epistream.pipeline.store.forget import Forgotten
+    except ImportError:  # a client install: the erasure goes through Kafka, the ingest workers delete
+        return _forget_through_kafka(args)
 
-    async def run():  # type: ignore[no-untyped-def]
-        settings = _settings()
+    from ..db import open_pool
+
+    settings = _settings()
+
+    async def run() -> Forgotten:
         pool = await open_pool(settings)
         try:
             return await forget_everywhere(settings, pool, args.tenant, args.conversation)
@@ -247,8 +256,19 @@ def cmd_forget(args: argparse.Namespace) -> int:
     done = asyncio.run(run())
     what = f"conversation {done.conversation_id!r}" if done.conversation_id else "every conversation"
     print(f"forgot {what} of tenant {done.tenant!r}: " + ", ".join(f"{n} {t}" for t, n in done.rows.items())
-          + f", {done.graph_elements} graph elements; its record in {_settings().topic_forgotten} keeps replays and "
+          + f", {done.graph_elements} graph elements; its record in {settings.topic_forgotten} keeps replays and "
           "rebuilds from restoring it")
+    return 0
+
+
+def _forget_through_kafka(args: argparse.Namespace) -> int:
+    from ..client import forget
+
+    settings = _client_settings()
+    record = asyncio.run(forget(settings, tenant=args.tenant, conversation_id=args.conversation))
+    what = f"conversation {record.conversation_id!r}" if record.conversation_id else "every conversation"
+    print(f"recorded the erasure of {what} of tenant {record.tenant!r} in {settings.topic_forgotten}; the ingest "
+          "workers delete it as they read it (with epistream[worker] installed, this command deletes at once)")
     return 0
 
 

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, TextIO
 
-from ..settings import Settings
+from ..contracts import Answer
+from ..settings import ClientSettings, Settings, load_settings
+
+if TYPE_CHECKING:  # the probes need the worker extra; a client install has none
+    from ..health import Probe
 
 
-def print_rows(rows, file=None) -> None:  # type: ignore[no-untyped-def]
+def print_rows(rows: Iterable[Any], file: TextIO | None = None) -> None:
     """Service rows (infra) or probes (epistream.health): state, name, detail, and a crashed one's log lines."""
     for row in rows:
         name = getattr(row, "name", None) or row.service
@@ -17,7 +24,7 @@ def print_rows(rows, file=None) -> None:  # type: ignore[no-untyped-def]
             print(f"           | {line}", file=file)
 
 
-def print_answer(answer, question: str) -> None:  # type: ignore[no-untyped-def]
+def print_answer(answer: Answer, question: str) -> None:
     print(f"\nQ: {question}")
     flag = " (abstained)" if answer.abstained else ""
     print(f"A: {answer.answer}{flag}")
@@ -29,14 +36,23 @@ def print_answer(answer, question: str) -> None:  # type: ignore[no-untyped-def]
         print(f"   error: {answer.error}")
 
 
-def unhealthy(settings: Settings, only: set[str] | None = None) -> list:  # type: ignore[type-arg]
-    """The probes that failed (an empty list: everything asked about is healthy)."""
+def can_probe() -> bool:
+    """Whether this install has the health probes: a client install (no worker extra) has none, and
+    its requests say themselves what failed (a timeout naming the question)."""
+    return importlib.util.find_spec("psycopg") is not None and importlib.util.find_spec("openai") is not None
+
+
+def unhealthy(settings: ClientSettings, only: set[str] | None = None) -> list[Probe]:
+    """The probes that failed (an empty list: everything asked about is healthy, or nothing can be probed)."""
+    if not can_probe():
+        return []
     from ..health import probe_all
 
-    return [p for p in asyncio.run(probe_all(settings, only=only)) if not p.healthy]
+    full = settings if isinstance(settings, Settings) else load_settings()  # the probes read the workers' ports
+    return [p for p in asyncio.run(probe_all(full, only=only)) if not p.healthy]
 
 
-def fail_loudly(settings: Settings, what: str, only: set[str] | None = None, *, bad: list | None = None) -> int:  # type: ignore[type-arg]
+def fail_loudly(settings: ClientSettings, what: str, only: set[str] | None = None, *, bad: list[Probe] | None = None) -> int:
     """Print why `what` failed, naming each unhealthy service (probed now unless `bad` already says);
     the exit status to return."""
     bad = unhealthy(settings, only) if bad is None else bad
@@ -44,6 +60,8 @@ def fail_loudly(settings: Settings, what: str, only: set[str] | None = None, *, 
     if bad:
         print("unhealthy: " + ", ".join(p.service for p in bad), file=sys.stderr)
         print_rows(bad, file=sys.stderr)
+    elif not can_probe():
+        print("this client install cannot probe the services (`pip install 'epistream[worker]'` can)", file=sys.stderr)
     else:
         print("every service answers its health probe; see the worker logs under "
               f"{settings.state_dir / 'logs'}", file=sys.stderr)
