@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from .errors import PermanentError
-from .settings import Settings
+from .settings import SecuritySettings
 
 HEADER = "epistream-sig"
 _VERSION = b"v1="
@@ -43,12 +43,16 @@ def signed_headers(key: bytes, value: bytes) -> list[tuple[str, bytes]]:
     return [(HEADER, signature(key, value))]
 
 
-def header_pairs(headers: object) -> tuple[tuple[str, bytes], ...]:
+#: Headers as a Kafka client gives them: (name, value) pairs, or a mapping.
+ClientHeaders = Mapping[str, bytes | None] | Iterable[tuple[str, bytes | None]]
+
+
+def header_pairs(headers: ClientHeaders | None) -> tuple[tuple[str, bytes], ...]:
     """Kafka headers as (name, value) pairs, whether a client gives them as pairs or as a mapping."""
     if not headers:
         return ()
-    items = headers.items() if hasattr(headers, "items") else headers  # type: ignore[union-attr]
-    return tuple((str(name), bytes(value)) for name, value in items if value is not None)  # type: ignore[union-attr]
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return tuple((str(name), bytes(value)) for name, value in items if value is not None)
 
 
 def _signatures(headers: Iterable[tuple[str, bytes]] | None) -> list[bytes]:
@@ -62,7 +66,7 @@ class ClaimCheck:
         self._secret = secret
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ClaimCheck:
+    def from_settings(cls, settings: SecuritySettings) -> ClaimCheck:
         secret = settings.tenant_key_secret
         return cls(secret.get_secret_value().encode() if secret is not None else None)
 

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, Self, TypeVar, get_args, overload
 
 from pydantic import (
     AfterValidator,
@@ -100,7 +100,7 @@ class Contract(BaseModel):
         return self.model_dump_json(exclude_none=True).encode()
 
     @classmethod
-    def from_bytes(cls, raw: bytes | None):  # type: ignore[no-untyped-def]
+    def from_bytes(cls, raw: bytes | None) -> Self:
         if raw is None:
             raise ValueError("empty message value")
         return cls.model_validate_json(raw)
@@ -379,9 +379,16 @@ class DeadLetter(Contract):
 
 
 C = TypeVar("C", bound=Contract)
+D = TypeVar("D", bound=Contract)
 
 
-def decode(raw: bytes | None, model: type[C] | Sequence[type[C]], *, what: str) -> C:
+@overload
+def decode(raw: bytes | None, model: type[C], *, what: str) -> C: ...
+@overload
+def decode(raw: bytes | None, model: tuple[type[C], type[D]], *, what: str) -> C | D: ...
+@overload
+def decode(raw: bytes | None, model: Sequence[type[Contract]], *, what: str) -> Contract: ...
+def decode(raw: bytes | None, model: type[Contract] | Sequence[type[Contract]], *, what: str) -> Contract:
     """A topic value as its contract, or a ContractError that says why not: where the JSON
     breaks, or which fields fail and how. ``what`` names the event in the reason
     ("memory.turns event"). Given several contracts, the value's ``kind`` picks the one whose

@@ -136,6 +136,20 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def _calendar_offset(unit: str, n: int) -> relativedelta:
+    """``n`` of a calendar unit (day, week, month or year) as a relativedelta."""
+    match unit:
+        case "day":
+            return relativedelta(days=n)
+        case "week":
+            return relativedelta(weeks=n)
+        case "month":
+            return relativedelta(months=n)
+        case "year":
+            return relativedelta(years=n)
+    raise ValueError(f"not a calendar unit: {unit!r}")
+
+
 def _count(word: str) -> int:
     word = _norm(word)
     if word.isdigit():
@@ -162,7 +176,7 @@ def _resolve_period(mod: str, unit: str, d: date) -> ResolvedDate:
         weeks = {"last": -1, "this": 0, "next": 1}[mod]
         return ResolvedDate(_monday(d) + timedelta(days=7 * weeks + 5), "week")
     sign = {"last": -1, "this past": -1, "this": 0, "next": 1, "this coming": 1}[mod]
-    return ResolvedDate(d + relativedelta(**{unit + "s": sign}), _PERIOD_PRECISION[unit])
+    return ResolvedDate(d + _calendar_offset(unit, sign), _PERIOD_PRECISION[unit])
 
 
 @_in_calendar
@@ -184,7 +198,7 @@ def _resolve_relative(text: str, anchor: datetime) -> ResolvedDate | None:
     if unit in ("minute", "hour"):
         # Sub-day offsets can cross midnight, so compute them on the local wall-clock time.
         return ResolvedDate((anchor + timedelta(**{unit + "s": n})).date(), "day")
-    return ResolvedDate(d + relativedelta(**{unit + "s": n}), "day" if unit == "day" else _PERIOD_PRECISION[unit])
+    return ResolvedDate(d + _calendar_offset(unit, n), "day" if unit == "day" else _PERIOD_PRECISION[unit])
 
 
 @_in_calendar

@@ -212,7 +212,7 @@ def apply_migrations(url: str, sql_dir: Traversable = SQL_DIR) -> list[str]:
                        checksum text NOT NULL,
                        applied_at timestamptz NOT NULL DEFAULT now())"""
             )
-            done = dict(conn.execute("SELECT version, checksum FROM public.epistream_migrations").fetchall())
+            done: dict[int, str] = dict(conn.execute("SELECT version, checksum FROM public.epistream_migrations").fetchall())
             for version, path in migration_files(sql_dir):
                 text = path.read_text()
                 checksum = hashlib.sha256(text.encode()).hexdigest()

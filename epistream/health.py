@@ -23,6 +23,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
+from typing import TYPE_CHECKING, cast
 
 import openai
 import psycopg
@@ -42,6 +44,9 @@ from .llm import create_client, endpoint_name, response_format
 from .metrics import read_samples
 from .settings import Settings
 from .topics import ensure_topics
+
+if TYPE_CHECKING:
+    from openai.types.chat.completion_create_params import ResponseFormat
 
 WORKERS = ("ingest", "enrich", "answer")
 
@@ -170,7 +175,8 @@ async def probe_model(settings: Settings, base_url: str, *, service: str = "mode
             model=settings.llm_model,
             messages=[{"role": "user", "content": 'Reply with the JSON object {"ok": true}.'}],
             max_tokens=1, temperature=0.0,
-            response_format=response_format(_ProbeReply, settings.llm_json_mode),  # type: ignore[arg-type]
+            # llama.cpp's json_object format carries a schema, which openai's ResponseFormat does not allow.
+            response_format=cast("ResponseFormat", response_format(_ProbeReply, settings.llm_json_mode)),
         )
         if not response.choices:
             return Health.DOWN, "completion returned no choice"
@@ -234,10 +240,10 @@ async def probe_all(
     }
     for url in endpoints:
         name = "model-server" if len(endpoints) == 1 else f"model {endpoint_name(url)}"
-        probes[name] = lambda url=url, name=name: probe_model(settings, url, service=name)  # type: ignore[misc]
+        probes[name] = partial(probe_model, settings, url, service=name)
     probes["embedder"] = lambda: probe_embedder(settings)
     for worker in WORKERS:
         pid = (worker_pids or {}).get(worker)
-        probes[f"worker-{worker}"] = lambda worker=worker, pid=pid: probe_worker(settings, worker, pid=pid)  # type: ignore[misc]
+        probes[f"worker-{worker}"] = partial(probe_worker, settings, worker, pid=pid)
     chosen = [name for name in probes if only is None or name in only]
     return list(await asyncio.gather(*(probes[name]() for name in chosen)))

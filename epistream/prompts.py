@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from importlib import resources
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -32,7 +32,7 @@ class Prompt(Generic[S]):
     schema: type[S]  # what the model must reply
 
 
-_REGISTRY: dict[str, Prompt] = {}  # type: ignore[type-arg]
+_REGISTRY: dict[str, Prompt[Any]] = {}  # prompts of every reply schema
 
 
 def register(package: str, name: str, number: int, schema: type[S]) -> Prompt[S]:
@@ -47,7 +47,7 @@ def register(package: str, name: str, number: int, schema: type[S]) -> Prompt[S]
     return prompt
 
 
-def prompt(version: str) -> Prompt:  # type: ignore[type-arg]
+def prompt(version: str) -> Prompt[Any]:
     """A registered prompt (its package must have been imported)."""
     try:
         return _REGISTRY[version]

@@ -6,7 +6,7 @@ passes them down. `Resources` opens the Postgres pool and the embedder and hands
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -17,6 +17,15 @@ from .metrics import Metrics
 from .settings import JsonMode, Settings
 
 Role = Literal["master", "extractor", "assistant", "judge"]
+
+
+class ModelOverrides(TypedDict, total=False):
+    """What a caller may set instead of the role's defaults (model_client's keywords)."""
+
+    base_url: str | None
+    model: str | None
+    timeout_s: float | None
+    json_mode: JsonMode | None
 
 
 def model_client(
@@ -59,8 +68,8 @@ class Resources:
         pool = await open_pool(settings)
         return cls(settings, metrics or Metrics.create(), pool, Embedder.from_settings(settings))
 
-    def model(self, role: Role, **overrides: object) -> ModelClient:
-        return model_client(self.settings, role, self.metrics, **overrides)  # type: ignore[arg-type]
+    def model(self, role: Role, **overrides: Unpack[ModelOverrides]) -> ModelClient:
+        return model_client(self.settings, role, self.metrics, **overrides)
 
     def assistants(self) -> list[ModelClient]:
         """One client per assistant endpoint (the LLM endpoint when none is configured)."""

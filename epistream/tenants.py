@@ -19,6 +19,7 @@ import base64
 import hashlib
 import hmac
 from dataclasses import dataclass
+from typing import cast
 
 from .claims import ClaimCheck
 from .errors import PermanentError
@@ -161,8 +162,10 @@ def remove_tenant(settings: Settings, tenant: str, *, keep_replies: bool = False
             f"the broker is reached over {settings.kafka_security_protocol}, which authenticates no one: there is "
             "no login to revoke (a tenant's key derives from EPISTREAM_TENANT_KEY_SECRET; rotating it rotates all)")
     admin = create_librdkafka_admin(settings)
-    everything_of = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, f"User:{creds.username}", None,
-                                     AclOperation.ANY, AclPermissionType.ANY)
+    # None matches any name or host, as confluent_kafka documents, though its signature says str.
+    any_value = cast(str, None)
+    everything_of = AclBindingFilter(ResourceType.ANY, any_value, ResourcePatternType.ANY, f"User:{creds.username}",
+                                     any_value, AclOperation.ANY, AclPermissionType.ANY)
     _wait(admin.delete_acls([everything_of], request_timeout=_TIMEOUT_S), f"revoking {creds.username}'s ACLs")
     mechanism = ScramMechanism[settings.kafka_sasl_mechanism.replace("-", "_")]
     _wait(admin.alter_user_scram_credentials([UserScramCredentialDeletion(creds.username, mechanism)],
