@@ -16,10 +16,9 @@ from epistream.pipeline.segmenter import SegmenterConfig
 from epistream.settings import Settings
 
 from . import cleanup, enrich_report, report
-from .enrich_measure import read_run
+from .enrich_measure import DirectBaseline, load, measure_direct, read_run, typical_segment_id
 from .enrich_result import build_result
 from .enrich_wait import WaitLimits, wait_for_enrichment_sampled
-from .model_direct import DirectBaseline, load, measure_direct, typical_segment_id
 from .produce import Record, SteadySend, send_steady
 from .stack import (
     CpuSnapshot,

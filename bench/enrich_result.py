@@ -6,9 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from .enrich_measure import RunRows, failures, percentiles, segment_timings
+from .enrich_measure import DirectBaseline, RunRows, failures, percentiles, segment_timings
 from .enrich_wait import WaitOutcome
-from .model_direct import DirectBaseline
 from .produce import SteadySend
 from .worker_metrics import ExtractorCounters
 from .workload import Workload

@@ -15,9 +15,8 @@ from epistream.embeddings import turn_embedding_text
 from epistream.settings import Settings
 
 from . import report
-from .baselines import Timed, measure_copy, measure_embedding
 from .cleanup import forget_tenants, remaining_rows
-from .ingest import IngestFigures, WarmUp, measure_ingest, warm_up
+from .ingest import IngestFigures, Timed, WarmUp, measure_copy, measure_embedding, measure_ingest, warm_up
 from .produce import Record, topic_partitions
 from .stack import CpuSnapshot, cpu_report, stale_worker_sources, worker_setting
 from .worker_metrics import scrape_extractor

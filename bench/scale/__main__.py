@@ -27,8 +27,7 @@ from ..scratch_db import scratch_database
 from ..workload_scale import PRESETS, WorkloadSpec, conversation_questions
 from .disk import disk_usage, postgres_settings
 from .load import grow, grow_bulk, prepare
-from .plot import plot
-from .projection import project
+from .plot import plot, project
 from .reads import Case, Deps, exact_pool, measure_case
 from .vectors import CHUNK, DEFAULT_DIR, VectorStore
 

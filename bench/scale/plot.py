@@ -1,8 +1,36 @@
-"""The scale report's figure: cost per operation against memory size, log-log."""
+"""The scale report's figure (cost per operation against memory size, log-log) and its projection: the
+curve carried past what was measured, each figure's log-log slope between the two largest measured sizes
+extended to a target size (10x the largest by default). A projection, labelled so in the report and drawn
+dotted: it assumes the last measured growth rate holds, which a change of regime (the working set leaving
+memory, a plan change) would break."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+
+
+def extend(x0: float, y0: float, x1: float, y1: float, x: float) -> tuple[float, float]:
+    """(value at x, log-log slope) of the power law through (x0, y0) and (x1, y1)."""
+    slope = math.log(y1 / y0) / math.log(x1 / x0)
+    return y1 * (x / x1) ** slope, slope
+
+
+def project(report: dict, to_turns: int) -> dict:
+    """Per read case p50/p95 and per-turn disk, projected from the two largest measured sizes."""
+    first, last = sorted(report["points"], key=lambda p: p["turns"])[-2:]
+    x0, x1 = first["turns"], last["turns"]
+
+    def one(y0: float, y1: float) -> dict:
+        value, slope = extend(x0, y0, x1, y1, to_turns)
+        return {"value": round(value, 1), "slope": round(slope, 3)}
+
+    reads = {case: {stat: one(first["reads"][case][stat], last["reads"][case][stat]) for stat in ("p50_ms", "p95_ms")}
+             for case in last["reads"]}
+    disk = one(first["disk"]["bytes_per_turn"], last["disk"]["bytes_per_turn"])
+    return {"turns": to_turns, "from_turns": [x0, x1], "reads": reads, "bytes_per_turn": disk,
+            "disk_gb": round(disk["value"] * to_turns / 1e9, 1),
+            "method": "power law through the two largest measured sizes (log-log slope), extended"}
 
 
 def plot(report: dict, out: Path) -> None:

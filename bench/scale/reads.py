@@ -20,12 +20,26 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from epistream.consumers.context import build_context
+from epistream.consumers.retrieval import Recipes
 from epistream.db import create_pool
+from epistream.embeddings import Embedder
 from epistream.settings import Settings
 
-from ..context_latency import Deps, percentile
-
 WARM_UP = 5
+
+
+@dataclass(frozen=True)
+class Deps:
+    """What build_context reads with: a pool, the embedder, the recipes."""
+
+    pool: AsyncConnectionPool
+    embedder: Embedder
+    recipes: Recipes
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.scale.projection import extend, project
+from bench.scale.plot import extend, project
 
 
 def test_a_power_law_is_extended_along_its_own_slope():
