@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import sys
+from functools import partial
 
 from epistream.health import WORKERS
 from epistream.readiness import port_open
@@ -51,8 +52,14 @@ def service_specs(settings: Settings) -> list[ServiceSpec]:
     for worker in WORKERS:
         port = worker_port(settings, worker)
         specs.append(ServiceSpec(
-            name=f"worker-{worker}", argv=[sys.executable, "-P", "-m", "epistream.shell.cli", "worker", worker], env=env,
-            ready=lambda port=port: port_open("127.0.0.1", port), requires=needs, start_timeout_s=120.0,
+            name=f"worker-{worker}", argv=worker_argv(worker), env=env,
+            ready=partial(port_open, "127.0.0.1", port), requires=needs, start_timeout_s=120.0,
             stop_timeout_s=30.0,
         ))
     return specs
+
+
+def worker_argv(worker: str) -> list[str]:
+    """How a worker is started: `-P` keeps the working directory off its import path, so a user's own
+    folder named like a module (infra/, pipeline/ ...) is never imported instead of epistream's."""
+    return [sys.executable, "-P", "-m", "epistream.shell.cli", "worker", worker]

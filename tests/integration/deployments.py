@@ -10,12 +10,14 @@ import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from pydantic import SecretStr
 
 from epistream.db import admin_database_url, database_url, on_database
 from epistream.infra.process import ManagedProcess, wait_until
+from epistream.infra.stack import worker_argv
 from epistream.readiness import port_open
 from epistream.settings import Settings
 from epistream.topics import ensure_topics
@@ -35,17 +37,18 @@ class Deployment:
     settings: Settings
     env: dict[str, str]
     name: str
+    processes: dict[str, ManagedProcess] = field(default_factory=dict)  # what a test started for it
 
     @property
     def admin_url(self) -> str:
         """The owner's login to this deployment's database, for the test's own inspection."""
         return admin_database_url(self.settings)
 
-    def run(self, worker: str, port: int) -> ManagedProcess:
-        """`epistream worker <worker>`, waited for until its /metrics answers."""
+    def run(self, worker: str, port: int, *, cwd: Path | None = None) -> ManagedProcess:
+        """`epistream worker <worker>` as the embedded stack starts it (from `cwd`), waited for until its
+        /metrics answers."""
         process = ManagedProcess(f"worker-{worker}-{self.name}", self.settings.state_dir)
-        process.spawn([sys.executable, "-P", "-m", "epistream.shell.cli", "worker", worker],
-                      env=self.env | {PORT_OF[worker]: str(port)})
+        process.spawn(worker_argv(worker), env=self.env | {PORT_OF[worker]: str(port)}, cwd=cwd)
         wait_until(lambda: port_open("127.0.0.1", port), timeout=120, what=f"{worker} worker",
                    log_file=process.log_file)
         return process
