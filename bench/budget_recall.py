@@ -178,17 +178,13 @@ def kept_per_question(record: dict[str, Any]) -> dict[str, Any]:
 
 def stored_systems(memory, recipes, turns_by_id, embedder) -> list[System]:  # type: ignore[no-untyped-def]
     """The systems over the stored memory: the context read and its ablations (no neighbour turns; no
-    speaker matching; rrf_k 60; ts_rank_cd for BM25), fused and dense turn search, the deep-mode router, deep mode's reading
-    windows and the fused search's own top_k turns; the ``_english_restem`` ones read the question's keywords back under 'english' as the
-    product did before (fragments.any_keyword's double stemming), for the ablation."""
+    speaker matching; rrf_k 60), fused and dense turn search, the deep-mode router, deep mode's reading
+    windows and the fused search's own top_k turns. (The ts_rank_cd and 'english' re-stemming ablations
+    left with their switches: docs/experiments.md.)"""
     from epistream.consumers.context import Neighbours
 
     from .budget_stored import ContextRead, DeepWindows, MemoEmbedder, RouterSegments, StoredTurns
 
-    # The keyword configuration only matters to ts_rank_cd's query (BM25 reads the question's lexemes once).
-    cover = replace(recipes, turns=replace(recipes.turns, lexical_ranking="cover_density"))
-    restem = replace(recipes, turns=replace(cover.turns, keyword_config="english"),
-                     router=replace(recipes.router, keyword_config="english"))
     memo = MemoEmbedder(embedder)
     no_speakers = replace(recipes, turns=replace(recipes.turns, speaker_bonus=0.0))
     rrf_60 = replace(recipes, turns=replace(recipes.turns, rrf_k=60))
@@ -196,13 +192,9 @@ def stored_systems(memory, recipes, turns_by_id, embedder) -> list[System]:  # t
             ContextRead(memory, recipes, memo, name="context_no_neighbours", neighbours=Neighbours(seeds=0)),
             ContextRead(memory, no_speakers, memo, name="context_no_speakers"),
             ContextRead(memory, rrf_60, memo, name="context_rrf_k_60"),
-            ContextRead(memory, cover, memo, name="context_cover_density"),
             StoredTurns("fused_turns", memory, recipes), StoredTurns("dense_turns", memory, recipes, dense_only=True),
             RouterSegments(memory, recipes, turns_by_id), DeepWindows(memory, recipes, memo),
-            StoredTurns("top_k_turns", memory, recipes, recipe_top_k=True),
-            StoredTurns("fused_turns_cover_density", memory, cover),
-            StoredTurns("fused_turns_english_restem", memory, restem),
-            RouterSegments(memory, restem, turns_by_id, name="router_english_restem")]
+            StoredTurns("top_k_turns", memory, recipes, recipe_top_k=True)]
 
 
 async def on_stack_memory(settings: Settings, pool, embedder, tenant: str,  # type: ignore[no-untyped-def]

@@ -139,9 +139,9 @@ class RouterSegments:
 
     budget_aware = False
 
-    def __init__(self, memory: Memory, recipes: Recipes, turns: dict[tuple[str, str], Turn], *,
-                 name: str = "router") -> None:
-        self.name = name
+    name = "router"
+
+    def __init__(self, memory: Memory, recipes: Recipes, turns: dict[tuple[str, str], Turn]) -> None:
         self._memory = memory
         self._recipe = replace(recipes.router, top_k=ROUTER_SEGMENTS)
         self._turns = turns  # (conversation id, turn id) -> turn

@@ -1,4 +1,4 @@
-"""The enrichment run's wait (the product's readiness.wait_for_enrichment), sampled as it goes:
+"""The enrichment run's wait (store_state.wait_for_enrichment), sampled as it goes:
 a timeline of the tenant's progress, when each segment was first seen done, progress lines."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from epistream.readiness import StoreState, WaitTimeout, wait_for_enrichment
+from epistream.readiness import WaitTimeout
+
+from .store_state import StoreState, wait_for_enrichment
 
 POLL_S = 1.0
 PROGRESS_EVERY_S = 30.0

@@ -34,7 +34,7 @@ from pydantic import SecretStr
 
 from epistream.contracts import Answer, Mode, Question
 from epistream.kafka_io import create_consumer
-from epistream.readiness import StoreState, WaitTimeout, store_state_async, wait_for_enrichment_async
+from epistream.readiness import WaitTimeout
 from epistream.settings import JsonMode, Settings
 from epistream.sources import LocomoQA, LocomoSample, load_locomo
 from epistream.topics import create_topic, delete_topics
@@ -43,6 +43,7 @@ from . import budget_recall, eval_report
 from .eval_metrics import ADVERSARIAL, recall_at_k, sample_by_category, score_answer, union_turns
 from .ingest import wait_for_rows
 from .stack import stale_worker_sources
+from .store_state import StoreState, store_state_async, wait_for_enrichment_async
 from .worker_metrics import model_requests, request_delta
 
 log = logging.getLogger("bench.locomo_eval")
@@ -152,7 +153,7 @@ async def ingest(settings: Settings, samples: list[LocomoSample]) -> int:
     return await produce_raw(settings, records)
 
 
-# The one count the product's StoreState has no use for: the eval reports it (segment recall is
+# The one count StoreState has no use for: the eval reports it (segment recall is
 # inflated when the router sees turns of no closed segment as one "open" segment).
 UNSEGMENTED_TURNS = """
 SELECT count(*) FROM memory.turns t WHERE t.tenant = %(tenant)s AND NOT EXISTS (
@@ -171,7 +172,7 @@ async def store_state(url: str, tenant: str) -> dict[str, int]:
 
 
 async def wait_for_enrichment(url: str, tenant: str, timeout_s: float, idle_close_s: float) -> tuple[bool, float]:
-    """The product's wait until every turn is in a closed segment and no segment is pending; (done, seconds)."""
+    """The wait until every turn is in a closed segment and no segment is pending; (done, seconds)."""
     started = time.perf_counter()
     print(f"  waiting for segments to close (the last one closes {idle_close_s:.0f}s after the last turn) "
           "and be enriched", flush=True)

@@ -1,5 +1,5 @@
-"""Waiting until the system has settled after a fault (the product's readiness waits, with deadlines and
-stall limits), and putting the stack back as it was whatever a scenario left behind."""
+"""Waiting until the system has settled after a fault (readiness waits, with deadlines and stall
+limits), and putting the stack back as it was whatever a scenario left behind."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from epistream.infra import services, supervisor
-from epistream.readiness import WaitTimeout, poll, wait_for_enrichment, wait_for_turns
+from epistream.readiness import WaitTimeout, poll, wait_for_turns
 from epistream.settings import Settings
 
+from ..store_state import wait_for_enrichment
 from .observe import Offsets, letters, read_since
 
 

@@ -48,10 +48,10 @@ from .recipes import (
     DEEP_WINDOWS,
     DENSE_TURNS,
     FUSED_TURNS,
+    KEYWORD_CONFIG,
     ROUTER_DEFAULT,
     ROUTER_RRF,
     SEGMENT_PATHWAYS,
-    TOOL_KEYWORD_CONFIG,
     TURN_PATHWAYS,
     FusionMethod,
     Recipes,
@@ -68,9 +68,9 @@ from .structured import facts_named, nearest_gists
 from .turns import NeighbourTurn, RetrievedTurn, load_turns, neighbour_turns, search_turns, turns_at
 
 __all__ = [
-    "ALL_KEYWORDS", "DEEP_WINDOWS", "DENSE_TURNS", "FUSED_TURNS", "GIST_COLUMNS", "GIST_FIELDS", "KEYWORD_PHRASE", "LEXICAL_GISTS",
+    "ALL_KEYWORDS", "DEEP_WINDOWS", "DENSE_TURNS", "FUSED_TURNS", "GIST_COLUMNS", "GIST_FIELDS", "KEYWORD_CONFIG", "KEYWORD_PHRASE", "LEXICAL_GISTS",
     "LEXICAL_TURNS", "OPEN_SUFFIX", "ROUTER_DEFAULT", "ROUTER_RRF", "SEGMENT_PATHWAYS", "SEMANTIC_GISTS",
-    "SEMANTIC_TURNS", "TOOL_KEYWORD_CONFIG", "TURN_COLUMNS", "TURN_FIELDS", "TURN_PATHWAYS", "Candidates",
+    "SEMANTIC_TURNS", "TURN_COLUMNS", "TURN_FIELDS", "TURN_PATHWAYS", "Candidates",
     "FusionMethod", "NeighbourTurn", "Recipes", "RetrievedTurn", "Scores", "SegmentPathway", "SegmentRecipe", "TextSearchConfig",
     "TurnOrder", "TurnPathway", "TurnRecipe", "WindowRecipe", "WindowUnit", "any_keyword", "columns", "conversations",
     "fact_days", "facts_named", "from_settings", "gist_days", "fuse", "in_conversations", "in_scope", "load_turns", "matches", "min_max",

@@ -18,7 +18,6 @@ SegmentPathway = Literal["summary", "dense", "lexical"]
 TurnPathway = Literal["dense", "lexical"]
 FusionMethod = Literal["minmax", "rrf"]
 DeepReads = Literal["windows", "segments"]
-LexicalRanking = Literal["bm25", "cover_density"]
 
 SEGMENT_PATHWAYS: tuple[SegmentPathway, ...] = get_args(SegmentPathway)
 TURN_PATHWAYS: tuple[TurnPathway, ...] = get_args(TurnPathway)
@@ -26,12 +25,10 @@ TURN_PATHWAYS: tuple[TurnPathway, ...] = get_args(TurnPathway)
 TURNS_PER_SEGMENT_CANDIDATE = 4
 
 
-def _check(pathways: tuple[str, ...], known: tuple[str, ...], config: str) -> None:
+def _check(pathways: tuple[str, ...], known: tuple[str, ...]) -> None:
     unknown = [p for p in pathways if p not in known]
     if unknown:
         raise ValueError(f"unknown pathways {unknown}: choose from {known}")
-    if config not in get_args(TextSearchConfig):
-        raise ValueError(f"unknown text-search configuration {config!r}")
 
 
 @dataclass(frozen=True)
@@ -46,17 +43,13 @@ class TurnRecipe:
     pool: int = 50
     rrf_k: int = 30
     speaker_bonus: float = 0.02
-    lexical_ranking: LexicalRanking = "bm25"  # or PostgreSQL's ts_rank_cd (turns.lexical_turns)
     top_k: int = 8
-    keyword_config: TextSearchConfig = "simple"  # of the OR-ed keyword query (fragments.any_keyword)
     match_cap: int = 2_000  # turns BM25's rarest words may find (turns.lexical_turns); 0: every word finds all
 
     def __post_init__(self) -> None:
-        _check(self.pathways, TURN_PATHWAYS, self.keyword_config)
+        _check(self.pathways, TURN_PATHWAYS)
         if self.match_cap < 0:
             raise ValueError(f"match_cap is 0 (no cap) or more, not {self.match_cap}")
-        if self.lexical_ranking not in get_args(LexicalRanking):
-            raise ValueError(f"lexical ranking is one of {get_args(LexicalRanking)}, not {self.lexical_ranking!r}")
 
 
 @dataclass(frozen=True)
@@ -74,10 +67,9 @@ class SegmentRecipe:
     pathways: tuple[SegmentPathway, ...] = SEGMENT_PATHWAYS
     force_include: bool = True
     rrf_k: int = 30  # one setting (rrf_k) for both recipes; the router fuses by min-max unless asked
-    keyword_config: TextSearchConfig = "simple"  # of the OR-ed keyword query (fragments.any_keyword)
 
     def __post_init__(self) -> None:
-        _check(self.pathways, SEGMENT_PATHWAYS, self.keyword_config)
+        _check(self.pathways, SEGMENT_PATHWAYS)
         if self.fusion not in get_args(FusionMethod):
             raise ValueError(f"fusion must be one of {get_args(FusionMethod)}, not {self.fusion!r}")
 
@@ -96,9 +88,10 @@ ROUTER_DEFAULT = SegmentRecipe()
 ROUTER_RRF = replace(ROUTER_DEFAULT, fusion="rrf")
 FUSED_TURNS = TurnRecipe()  # fast mode's turns
 DENSE_TURNS = replace(FUSED_TURNS, pathways=("dense",))  # the dense top-k baseline of the eval
-# The tools' "any word" query reads plainto's lexemes under 'simple' (kept as they are), as the
-# router and fused turn search do (see fragments.any_keyword).
-TOOL_KEYWORD_CONFIG: TextSearchConfig = "simple"
+# Every OR-ed keyword query (the router's summary and lexical pathways, the tools' "any word") reads
+# plainto's lexemes under 'simple', kept as they are: 'english' would stem them again (see
+# fragments.any_keyword). The fused turn search's BM25 reads the question's lexemes itself.
+KEYWORD_CONFIG: TextSearchConfig = "simple"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from .fragments import (
     overlaps_window,
     segment_of,
 )
-from .recipes import TOOL_KEYWORD_CONFIG
+from .recipes import KEYWORD_CONFIG
 
 _GIST_PERIOD_START = sql.SQL("date_trunc(g.date_precision, g.event_date::timestamp)")
 GIST_IN_RANGE = overlaps_window(
@@ -43,7 +43,7 @@ KEYWORD_QUERY = sql.SQL("""(SELECT CASE %(operator)s
                 WHEN 'phrase' THEN {phrase}
                 ELSE {any_keyword}
             END AS query) q""").format(all_keywords=ALL_KEYWORDS, phrase=KEYWORD_PHRASE,
-                                       any_keyword=any_keyword(TOOL_KEYWORD_CONFIG))
+                                       any_keyword=any_keyword(KEYWORD_CONFIG))
 
 SEMANTIC_GISTS = nearest_in_order(
     "gists", "g", GIST_FIELDS, sql.SQL("{scope} AND {in_range}").format(scope=in_scope("g"), in_range=GIST_IN_RANGE),

@@ -33,7 +33,7 @@ from .fragments import (
     overlaps_window,
 )
 from .fusion import Scores
-from .recipes import SEGMENT_PATHWAYS, SegmentRecipe
+from .recipes import KEYWORD_CONFIG, SEGMENT_PATHWAYS, SegmentRecipe
 
 OPEN_SUFFIX = "#open"
 
@@ -133,7 +133,7 @@ def route_params(*, tenant: str, question: str, vector: np.ndarray, conversation
 
 
 async def _summary(conn: AsyncConnection, params: dict, recipe: SegmentRecipe, found: Candidates) -> None:
-    cur = await conn.execute(summary_pathway(recipe.keyword_config), params)
+    cur = await conn.execute(summary_pathway(KEYWORD_CONFIG), params)
     rows = await cur.fetchall()
     top_rank = max((r[2] for r in rows), default=0.0) or 1.0
     for segment_id, similarity, rank in rows:
@@ -150,7 +150,7 @@ async def _dense(conn: AsyncConnection, params: dict, recipe: SegmentRecipe, fou
 
 
 async def _lexical(conn: AsyncConnection, params: dict, recipe: SegmentRecipe, found: Candidates) -> None:
-    cur = await conn.execute(lexical_pathway(recipe.keyword_config), params)
+    cur = await conn.execute(lexical_pathway(KEYWORD_CONFIG), params)
     for segment_id, conversation_id, _, score, strong in await cur.fetchall():
         found.scores["lexical"][segment_id] = found.scores["lexical"].get(segment_id, 0.0) + score
         found.conversation[segment_id] = conversation_id

@@ -16,45 +16,34 @@ from psycopg.rows import class_row
 from .execute import rows
 from .fragments import (
     TURN_IN_WINDOW,
-    TextSearchConfig,
     TurnOrder,
-    any_keyword,
     conversations,
     in_scope,
-    matches,
     nearest,
     segment_of,
     turns_by_id,
 )
-from .recipes import LexicalRanking, TurnRecipe
+from .recipes import TurnRecipe
 
 #: Okapi BM25's term-frequency saturation and length normalisation (the usual values).
 BM25_K1, BM25_B = 1.2, 0.75
 
-def lexical_turns(keyword_config: TextSearchConfig, ranking: LexicalRanking) -> sql.Composed:
+def lexical_turns() -> sql.Composed:
     """The turns matching any of the question's words, best ``%(pool)s`` first.
 
-    ``bm25``: Okapi BM25 over the stored tsvector, each word weighted by how rare it is among the
+    Okapi BM25 over the stored tsvector, each word weighted by how rare it is among the
     tenant's turns in scope: its document frequency and the turns in scope are read from
     memory.term_counts (sql/015, kept by triggers), one index probe per word, so the weights cost the
     same in a conversation of 100 turns or 200,000. A turn is short, so a word is counted once per
     turn (tf 1: no unnesting of every matched tsvector). PostgreSQL's own
-    ``ts_rank_cd`` (``cover_density``, the ablation) weighs every word alike, so "time" counts as much
-    as "Stromboli": on the pick split the context read reads 0.777 with it at 1,000 tokens.
+    ``ts_rank_cd`` weighs every word alike, so "time" counts as much as "Stromboli": on the pick split
+    the context read reached 0.777 with it at 1,000 tokens against 0.801 (docs/experiments.md).
 
     Only the rarest words *find* turns: taken rarest first while the turns they match together stay
     within ``%(match_cap)s`` (0: every word), the rarest always, its own matches capped too. A common
     word still adds its weight to the turns found, but no longer pulls in every turn of a large
     conversation that says "really" (the cost grew with the conversation: bench.scale).
     """
-    if ranking == "cover_density":
-        return sql.SQL("""SELECT t.tenant, t.conversation_id, t.turn_id
-          FROM memory.turns t, {any_keyword} q
-          WHERE %(use_lexical)s AND {matches} AND {scope} AND {in_window}
-          ORDER BY ts_rank_cd(t.tsv, q) DESC
-          LIMIT %(pool)s""").format(any_keyword=any_keyword(keyword_config),
-                                    matches=matches(sql.SQL("t.tsv"), sql.SQL("q")), scope=in_scope("t"),
-                                    in_window=TURN_IN_WINDOW)
     return sql.SQL("""WITH terms AS (
               SELECT DISTINCT w.lexeme, plainto_tsquery('simple', w.lexeme) AS tq
               FROM unnest(to_tsvector('english', %(query)s)) AS w
@@ -92,7 +81,7 @@ def lexical_turns(keyword_config: TextSearchConfig, ranking: LexicalRanking) -> 
 
 
 @cache
-def fused_turn_search(keyword_config: TextSearchConfig, ranking: LexicalRanking = "bm25") -> sql.Composed:
+def fused_turn_search() -> sql.Composed:
     """Each pathway takes its own top ``%(pool)s`` on its own index (within the time window),
     then their ranks are fused; a turn by one of ``%(speakers)s`` (case-folded) gains ``%(speaker_bonus)s``."""
     return sql.SQL("""
@@ -120,7 +109,7 @@ LIMIT %(top_k)s
         dense=nearest("turns", "t", sql.SQL("t.tenant, t.conversation_id, t.turn_id"),
                       sql.SQL("%(use_dense)s AND {scope} AND {in_window}").format(
                           scope=in_scope("t"), in_window=TURN_IN_WINDOW, segment=segment_of("t")), limit="pool"),
-        lexical=lexical_turns(keyword_config, ranking), segment=segment_of("t"))
+        lexical=lexical_turns(), segment=segment_of("t"))
 
 
 #: pgvector's default hnsw.ef_search and its largest value.
@@ -130,8 +119,8 @@ SEARCH_WIDTH = "SELECT set_config('hnsw.ef_search', %s, true)"  # for this trans
 
 def search_width(pool: int) -> int:
     """hnsw.ef_search for a dense pathway taking ``pool`` turns: twice the pool, within pgvector's bounds
-    (bench.scale.reread at 100K, one 19,600-turn conversation: recall against exact 0.942 at the pool,
-    0.985 at twice it, latency unchanged)."""
+    (re-read at 100K, one 19,600-turn conversation: recall against exact 0.942 at the pool, 0.985 at
+    twice it, latency unchanged; docs/experiments.md)."""
     return min(EF_SEARCH_MAX, max(EF_SEARCH_DEFAULT, 2 * pool))
 
 
@@ -185,7 +174,7 @@ async def search_turns(
         # The HNSW scan keeps ef_search candidates; with fewer than the pool, the rest came from iterative
         # scanning's looser later rounds (see search_width).
         await cur.execute(SEARCH_WIDTH, (str(search_width(recipe.pool)),))
-        await cur.execute(fused_turn_search(recipe.keyword_config, recipe.lexical_ranking), params)
+        await cur.execute(fused_turn_search(), params)
         return await cur.fetchall()
 
 

@@ -34,17 +34,14 @@ async def test_a_word_stemmed_once_finds_its_turn(postgres, pool, unique, questi
     records = [RawRecord("memory.turns", 0, i, None, t.to_bytes(), int(time.time() * 1000)) for i, t in enumerate(turns)]
     await ingest_batch(records, pool=pool, embedder=embedder, metrics=Metrics.create())
 
-    async def lexical(config: str, ranking: str = "cover_density") -> list[str]:
-        recipe = replace(FUSED_TURNS, pathways=("lexical",), keyword_config=config, lexical_ranking=ranking)
+    async def lexical() -> list[str]:
+        recipe = replace(FUSED_TURNS, pathways=("lexical",))
         async with pool.connection() as conn, tenant_scope(conn, tenant):
             found = await search_turns(conn, tenant=tenant, query=question, vector=embedder.embed_one(question),
                                        conversation_ids=[conversation], recipe=recipe)
         return [t.turn_id for t in found]
 
-    assert FUSED_TURNS.keyword_config == "simple"
-    assert (await lexical("simple"))[:1] == [turn_id]
-    assert turn_id not in await lexical("english")  # the old double stemming: the word never matched
-    assert (await lexical("simple", "bm25"))[:1] == [turn_id]  # BM25 reads the lexemes once too
+    assert (await lexical())[:1] == [turn_id]  # BM25 reads the lexemes once
 
 
 async def test_bm25_ranks_the_turn_with_the_rare_word_above_one_repeating_common_words(postgres, pool, unique):
@@ -57,15 +54,14 @@ async def test_bm25_ranks_the_turn_with_the_rare_word_above_one_repeating_common
     await ingest_batch(records, pool=pool, embedder=embedder, metrics=Metrics.create())
     question = "Was it a good day at the volcano today?"
 
-    async def best(ranking: str) -> str:
-        recipe = replace(FUSED_TURNS, pathways=("lexical",), lexical_ranking=ranking)
+    async def best() -> str:
+        recipe = replace(FUSED_TURNS, pathways=("lexical",))
         async with pool.connection() as conn, tenant_scope(conn, tenant):
             found = await search_turns(conn, tenant=tenant, query=question, vector=embedder.embed_one(question),
                                        conversation_ids=[conversation], recipe=recipe)
         return found[0].text
 
-    assert await best("bm25") == "The volcano today was quiet."  # "volcano" is in one turn of ten
-    assert await best("cover_density") == "Good good day, a good good day today."  # every word alike
+    assert await best() == "The volcano today was quiet."  # "volcano" is in one turn of ten
 
 
 async def test_only_the_rarest_words_find_turns_under_the_match_cap_and_common_words_still_weigh(

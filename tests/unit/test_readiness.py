@@ -11,7 +11,7 @@ import time
 import pytest
 
 from epistream.metrics import parse_samples, sample_sum
-from epistream.readiness import StoreState, WaitTimeout, poll, poll_async, port_open, url_ok, wait_until
+from epistream.readiness import WaitTimeout, poll, poll_async, port_open, url_ok, wait_until
 
 
 def test_wait_until_returns_the_first_truthy_value():
@@ -67,21 +67,6 @@ def test_a_port_and_a_url_answer_once_served():
         free = s.getsockname()[1]
     assert not port_open("127.0.0.1", free)
     assert not url_ok(f"http://127.0.0.1:{free}/")
-
-
-@pytest.mark.parametrize(
-    ("state", "expected_turns", "finished"),
-    [
-        (StoreState(turns=10, open_conversations=0, segments=3, enriched=2, failed=1), 10, True),
-        (StoreState(turns=9, open_conversations=0, segments=3, enriched=3, failed=0), 10, False),  # a turn missing
-        (StoreState(turns=10, open_conversations=1, segments=3, enriched=3, failed=0), 10, False),  # still open
-        (StoreState(turns=10, open_conversations=0, segments=3, enriched=2, failed=0), 10, False),  # one pending
-        (StoreState(turns=10, open_conversations=0, segments=0, enriched=0, failed=0), 0, False),  # nothing closed
-    ],
-)
-def test_enrichment_is_finished_when_every_turn_is_in_a_finished_segment(state, expected_turns, finished):
-    assert state.enrichment_finished(expected_turns) is finished
-    assert state.pending == state.segments - state.done_segments
 
 
 EXPOSITION = """\

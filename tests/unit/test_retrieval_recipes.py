@@ -12,12 +12,12 @@ from psycopg import sql
 from epistream.consumers.retrieval import (
     DENSE_TURNS,
     FUSED_TURNS,
+    KEYWORD_CONFIG,
     LEXICAL_GISTS,
     LEXICAL_TURNS,
     ROUTER_DEFAULT,
     ROUTER_RRF,
     SEGMENT_PATHWAYS,
-    TOOL_KEYWORD_CONFIG,
     Recipes,
     SegmentRecipe,
     TurnRecipe,
@@ -45,14 +45,12 @@ def text(composed: sql.Composable) -> str:
 
 def test_named_recipes_are_the_defaults_the_worker_used():
     assert ROUTER_DEFAULT == SegmentRecipe(top_k=5, candidates=50, fusion="minmax", weights=(0.3, 0.4, 0.3),
-                                           pathways=("summary", "dense", "lexical"), force_include=True, rrf_k=30,
-                                           keyword_config="simple")
+                                           pathways=("summary", "dense", "lexical"), force_include=True, rrf_k=30)
     assert ROUTER_DEFAULT.turn_candidates == 200
     assert ROUTER_RRF == replace(ROUTER_DEFAULT, fusion="rrf")
-    assert FUSED_TURNS == TurnRecipe(pathways=("dense", "lexical"), pool=50, rrf_k=30, top_k=8,
-                                     keyword_config="simple", speaker_bonus=0.02)
+    assert FUSED_TURNS == TurnRecipe(pathways=("dense", "lexical"), pool=50, rrf_k=30, top_k=8, speaker_bonus=0.02)
     assert DENSE_TURNS.pathways == ("dense",) and DENSE_TURNS.pool == FUSED_TURNS.pool
-    assert TOOL_KEYWORD_CONFIG == "simple"
+    assert KEYWORD_CONFIG == "simple"
 
 
 def test_recipes_come_from_the_router_and_retrieve_settings():
@@ -84,7 +82,6 @@ def test_one_pathway_keeps_force_include_only_for_lexical():
 @pytest.mark.parametrize("bad", [
     lambda: SegmentRecipe(pathways=("summary", "graph")),
     lambda: SegmentRecipe(fusion="max"),
-    lambda: SegmentRecipe(keyword_config="german"),
     lambda: TurnRecipe(pathways=("summary",)),
 ])
 def test_a_recipe_naming_what_does_not_exist_fails_when_built(bad):
@@ -134,13 +131,12 @@ def test_the_or_query_is_one_fragment_parameterised_by_its_text_search_config():
 
 
 def test_each_caller_reads_the_or_query_under_the_config_it_always_used():
-    for router_statement in (fused_turn_search("english", "cover_density"), summary_pathway("english"),
-                             lexical_pathway("english")):
+    for router_statement in (summary_pathway("english"), lexical_pathway("english")):
         assert OR_QUERY.format("english") in text(router_statement)
     for tool_statement in (LEXICAL_GISTS, LEXICAL_TURNS):
         assert OR_QUERY.format("simple") in text(tool_statement)
     # BM25 weighs and matches the same lexemes word by word, each read as it is ('simple').
-    assert "plainto_tsquery('simple', w.lexeme)" in text(fused_turn_search("simple"))
+    assert "plainto_tsquery('simple', w.lexeme)" in text(fused_turn_search())
 
 
 def test_scope_is_the_tenant_and_the_question_conversations():
