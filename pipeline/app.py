@@ -4,8 +4,10 @@ own worker (epistream.pipeline.enrich_app), so ingest never waits on the model."
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
+from typing import cast
 
 import faust
 from mode import Service
@@ -33,8 +35,8 @@ class IndexerResources(Service):
     """The process's shared clients (:class:`epistream.resources.Resources`: pool, embedder) and
     the metrics endpoint, opened before the agents run (a Faust dependency)."""
 
-    def __init__(self, settings: Settings, metrics: Metrics, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, settings: Settings, metrics: Metrics, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(loop=loop)
         self.settings = settings
         self.metrics = metrics
         self.shared: Resources | None = None
@@ -105,11 +107,14 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
                                   segmenter=segmenter, chunk_turns=settings.ingest_chunk, claims=claims)
 
     @app.agent(turns_topic, name="ingest")
-    async def ingest(stream):  # type: ignore[no-untyped-def]
+    async def ingest(stream: faust.StreamT[bytes]) -> None:
         # Raw bytes in: decoding happens in ingest_batch so poison messages are dead-lettered with their
         # reason. noack_take, not take_events: take_events acks a batch in its `finally`, even when
         # the body raised or was cancelled; here each event is acked only once stored or dead-lettered.
-        async for events in stream.noack_take(settings.ingest_batch, within=settings.ingest_batch_within_s):
+        # Past faust's types: an agent is given a faust.Stream (StreamT lacks noack_take), and noack_take
+        # yields the events themselves, though typed as the stream's values.
+        events_of = cast("faust.Stream[faust.EventT[bytes]]", stream)
+        async for events in events_of.noack_take(settings.ingest_batch, within=settings.ingest_batch_within_s):
             await settle(events, to_record=RawRecord.from_faust, ingest=ingest_records, send_dead=send_dead,
                          publish=publish, ack=stream.ack, metrics=metrics,
                          max_request_size=app.conf.producer_max_request_size)
@@ -117,7 +122,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
     forgotten_topic = app.topic(settings.topic_forgotten, key_serializer="raw", value_serializer="raw")
 
     @app.agent(forgotten_topic, name="forgotten")
-    async def forgotten(stream):  # type: ignore[no-untyped-def]
+    async def forgotten(stream: faust.StreamT[bytes]) -> None:
         # Erasures written after this worker started (by a `forget` on this database they are already
         # applied, and skipped; by one on another database, such as a rebuild's source, they are not).
         async for value in stream:

@@ -16,7 +16,7 @@ from epistream.kafka_io import DEFAULT_MAX_REQUEST_SIZE, DeadLetterSend, dead_le
 from epistream.metrics import Metrics
 from epistream.retry import BLOCKING, Backoff, retry
 
-from .ingest import STAGE, IngestResult
+from .ingest import STAGE, IngestResult, Rejected
 from .records import RawRecord
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ async def settle(
     closed, then ack every event."""
     result = await ingest([to_record(e) for e in events])
     for rejected in result.dead:
-        async def send_letter(rejected=rejected) -> None:  # type: ignore[no-untyped-def]
+        async def send_letter(rejected: Rejected = rejected) -> None:
             await dead_letter(send_dead, metrics, rejected.record, stage=STAGE, error=rejected.error,
                               max_request_size=max_request_size)
 

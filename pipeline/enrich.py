@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from functools import partial
 from typing import Any, TypeVar
 
 from psycopg_pool import AsyncConnectionPool
@@ -312,7 +313,7 @@ async def retry_waiting(deps: EnrichDeps, *, limit: int = 20, on_failed: OnFaile
     for tenant, sid in waiting:
         if not deps.breaker.allows_call():
             break
-        segment = await _db(lambda tenant=tenant, sid=sid: _with_conn(deps, lambda conn: _load(conn, tenant, sid)),
+        segment = await _db(partial(_with_conn, deps, partial(_load, tenant=tenant, sid=sid)),
                             "loading a waiting segment")
         if segment is None:
             continue  # forgotten since

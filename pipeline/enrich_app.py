@@ -6,7 +6,9 @@ segments that wait for the model from the store once the breaker lets calls thro
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import cast
 
 import faust
 from mode import Service
@@ -38,8 +40,8 @@ def worst_case_call_s(settings: Settings) -> float:
 class EnrichResources(Service):
     """The process's pool, embedder, extractor model and breaker, opened before the agent runs."""
 
-    def __init__(self, settings: Settings, metrics: Metrics, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, settings: Settings, metrics: Metrics, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(loop=loop)
         self.settings = settings
         self.metrics = metrics
         self.shared: Resources | None = None
@@ -93,10 +95,11 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
                           attempts=settings.llm_max_retries + 1)
 
     @app.agent(segments_topic, name="enrich", concurrency=settings.enrich_concurrency)
-    async def enrich(stream):  # type: ignore[no-untyped-def]
+    async def enrich(stream: faust.StreamT[bytes]) -> None:
         # Acknowledged by hand, only once the segment is enriched, waiting in the store or
         # dead-lettered: a worker stopped while a database step is retried leaves it unacknowledged.
-        manual = stream.noack()
+        # An agent is given a faust.Stream: faust's StreamT, its declared type, lacks noack.
+        manual = cast("faust.Stream[bytes]", stream).noack()
         async for event in manual.events():
             record = RawRecord.from_faust(event)
             try:

@@ -246,7 +246,8 @@ def _abandon(task: Vectors | None) -> None:
         task.exception()  # looked at, so an unused failure is not reported as lost
 
 
-async def _write(conn: AsyncConnection, items: list[Item], vector_of, segmenter, result: IngestResult) -> None:  # type: ignore[no-untyped-def]
+async def _write(conn: AsyncConnection, items: list[Item], vector_of: dict[int, np.ndarray],
+                 segmenter: SegmenterConfig | None, result: IngestResult) -> None:
     """Per tenant, under that tenant's row-level security: its records in partition order, turns
     (minus forgotten conversations) in runs up to each close request, so a close is applied exactly
     where it stands in the partition, whatever the batch boundaries."""
@@ -270,8 +271,8 @@ async def _write(conn: AsyncConnection, items: list[Item], vector_of, segmenter,
             await _write_turns(conn, run, vector_of, segmenter, result)
 
 
-async def _write_turns(conn: AsyncConnection, run: list[tuple[Turn, RawRecord]], vector_of, segmenter,  # type: ignore[no-untyped-def]
-                       result: IngestResult) -> None:
+async def _write_turns(conn: AsyncConnection, run: list[tuple[Turn, RawRecord]], vector_of: dict[int, np.ndarray],
+                       segmenter: SegmenterConfig | None, result: IngestResult) -> None:
     if not run:
         return
     turns = [t for t, _ in run]

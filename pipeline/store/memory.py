@@ -5,6 +5,7 @@ that segment produced before, so a replay yields the same rows, never more."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 from typing import Literal
 
 import numpy as np
@@ -212,7 +213,7 @@ async def store_enrichment(
     return StoreCounts(len(enrichment.gists), len(enrichment.facts), len(ids), mentions, similar)
 
 
-def _iso(value) -> str | None:  # type: ignore[no-untyped-def]
+def _iso(value: date | None) -> str | None:
     return None if value is None else value.isoformat()
 
 

@@ -214,7 +214,7 @@ async def close_if_idle(
 
 async def idle_conversations(conn: AsyncConnection, idle_s: float, limit: int = 100) -> list[tuple[str, str, str]]:
     cur = await conn.execute(IDLE_CONVERSATIONS, (timedelta(seconds=idle_s), limit))
-    return [tuple(r) for r in await cur.fetchall()]  # type: ignore[misc]
+    return [tuple(r) for r in await cur.fetchall()]
 
 
 async def load_segment(conn: AsyncConnection, tenant: str, sid: str) -> Segment | None:
@@ -238,7 +238,7 @@ async def load_segment(conn: AsyncConnection, tenant: str, sid: str) -> Segment 
 
 async def unpublished(conn: AsyncConnection, older_than_s: float, limit: int = 100) -> list[tuple[str, str]]:
     cur = await conn.execute(UNPUBLISHED, (timedelta(seconds=older_than_s), limit))
-    return [tuple(r) for r in await cur.fetchall()]  # type: ignore[misc]
+    return [tuple(r) for r in await cur.fetchall()]
 
 
 async def mark_published(conn: AsyncConnection, tenant: str, segment_ids: list[str]) -> None:

@@ -85,7 +85,7 @@ UPDATE memory.turns SET embedding = %s, embedded_as = %s WHERE tenant = %s AND c
 async def stale_embeddings(conn: AsyncConnection, limit: int) -> list[tuple[str, str, str]]:
     """(tenant, conversation_id, turn_id) of turns embedded from an older text, across tenants."""
     cur = await conn.execute(STALE_EMBEDDINGS, (TURN_EMBEDDING_VERSION, limit))
-    return [tuple(r) for r in await cur.fetchall()]  # type: ignore[misc]
+    return [tuple(r) for r in await cur.fetchall()]
 
 
 async def lock_stale(conn: AsyncConnection, tenant: str, conversation_id: str,
