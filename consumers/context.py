@@ -108,8 +108,9 @@ class Window:
 
 def window_of(time_range: TimeRange | None, period: Period | None) -> Window:
     """The asked range met with the question's own period."""
-    starts = [t for t in (time_range and time_range.start, period and period.range.start) if t is not None]
-    ends = [t for t in (time_range and time_range.end, period and period.range.end) if t is not None]
+    ranges = [r for r in (time_range, None if period is None else period.range) if r is not None]
+    starts = [r.start for r in ranges if r.start is not None]
+    ends = [r.end for r in ranges if r.end is not None]
     return Window(max(starts, default=None), min(ends, default=None))
 
 

@@ -54,7 +54,8 @@ class Candidate:
     @property
     def day(self) -> date:
         """The day its line is shown under (as item_day)."""
-        return self.fields["time"].date()  # type: ignore[no-any-return]
+        time: datetime = self.fields["time"]
+        return time.date()
 
 
 def item_day(item: MemoryItem) -> date:

@@ -17,7 +17,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
@@ -140,9 +139,6 @@ def mode_of(reply: Reply) -> str:
     return Mode.CONTEXT.value if isinstance(reply, MemoryContext) else reply.mode.value
 
 
-FittedReply = TypeVar("FittedReply", Answer, MemoryContext)
-
-
 def _shrink_context(context: MemoryContext) -> MemoryContext | None:
     """A tenth fewer items (at least one), the lowest-ranked first: the reply stays a valid, smaller context."""
     if not context.items:
@@ -161,15 +157,18 @@ def _shrink_answer(answer: Answer) -> Answer | None:
     return None
 
 
-def fit_reply(reply: FittedReply, key: bytes, limit: int = DEFAULT_MAX_REQUEST_SIZE) -> FittedReply:
+def _shrink(reply: Reply) -> Reply | None:
+    return _shrink_context(reply) if isinstance(reply, MemoryContext) else _shrink_answer(reply)
+
+
+def fit_reply(reply: Reply, key: bytes, limit: int = DEFAULT_MAX_REQUEST_SIZE) -> Reply:
     """The reply as one Kafka message carries it. A reply over the limit would fail its send on every
     retry, so it is shrunk (its least relevant parts first) until it fits, with a warning of how much went."""
-    def size(candidate: Answer | MemoryContext) -> int:
+    def size(candidate: Reply) -> int:
         return record_size(key, candidate.to_bytes())
 
-    shrink = _shrink_context if isinstance(reply, MemoryContext) else _shrink_answer
-    fitted: FittedReply = reply
-    while size(fitted) > limit and (smaller := shrink(fitted)) is not None:  # type: ignore[operator]
+    fitted = reply
+    while size(fitted) > limit and (smaller := _shrink(fitted)) is not None:
         fitted = smaller
     if fitted is not reply:
         log.warning("reply to %s was %d bytes, over the %d-byte message limit: cut to %d bytes",

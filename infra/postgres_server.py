@@ -52,7 +52,7 @@ def _initialise(pgdata: Path) -> None:
     """First run only: let pgserver create the cluster (users, permissions, initdb), then stop
     the server it started, so that the supervisor runs it from then on."""
     import pgserver
-    from pgserver._commands import pg_ctl
+    from pgserver._commands import pg_ctl  # type: ignore[attr-defined]  # made at import, by setattr
 
     log.info("initialising PostgreSQL in %s", pgdata)
     pgserver.get_server(pgdata, cleanup_mode=None)

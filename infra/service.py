@@ -20,7 +20,8 @@ class ServiceSpec:
     stop_signal: int = signal.SIGTERM
     stop_timeout_s: float = 20.0
     start_timeout_s: float = 120.0
-    #: idempotent set-up that needs the service running (topics, migrations); failing counts as a failed start
-    after_ready: Callable[[], None] | None = None
+    #: idempotent set-up that needs the service running (topics, migrations); failing counts as a failed start;
+    #: what it returns is not used
+    after_ready: Callable[[], object] | None = None
     #: services that must be running before this one is (re)started
     requires: tuple[str, ...] = ()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,7 +36,10 @@ from .base import Abstention, ModeResult
 
 log = logging.getLogger(__name__)
 
-ToolName = Literal[tuple(SPECS_BY_NAME)]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    ToolName = str  # the checker cannot read a Literal built at run time from the registry
+else:
+    ToolName = Literal[tuple(SPECS_BY_NAME)]
 OBSERVATION_CHARS = 3000  # a tool result in the agent's context: whole items left out beyond it
 
 
@@ -45,7 +48,7 @@ class AgentStep(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    tool: ToolName  # type: ignore[valid-type]
+    tool: ToolName
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -92,6 +95,13 @@ async def next_step(deps: AnswerDeps, messages: list[dict[str, str]]) -> tuple[A
     return step.value, step.usage
 
 
+def _final_answer(arguments: dict[str, Any]) -> OutputAnswerArgs:
+    """output_answer's arguments, validated as any tool's are (a ToolArgumentError when they fail)."""
+    final = validate_arguments("output_answer", arguments)
+    assert isinstance(final, OutputAnswerArgs)
+    return final
+
+
 async def answer_agentic(question: Question, deps: AnswerDeps) -> ModeResult:
     asked = question.asked_at or datetime.now(UTC)
     messages = [
@@ -107,7 +117,7 @@ async def answer_agentic(question: Question, deps: AnswerDeps) -> ModeResult:
         messages.append({"role": "assistant", "content": call.model_dump_json()})
         try:
             if call.tool == "output_answer":
-                final = validate_arguments(call.tool, call.arguments)  # type: ignore[assignment]
+                final = _final_answer(call.arguments)
                 break
             async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
                 result = await run_tool(conn, call.tool, call.arguments, tenant=question.tenant,
@@ -116,8 +126,8 @@ async def answer_agentic(question: Question, deps: AnswerDeps) -> ModeResult:
             if isinstance(result, SegmentResult):
                 result, read_usage = await _assistant_read(deps, question, result)
                 assistants = assistants + read_usage
-            for cited, evidence in result.evidence().items():
-                seen.setdefault(cited, evidence)  # citable by id; the first sighting stays
+            for cited, item in result.evidence().items():
+                seen.setdefault(cited, item)  # citable by id; the first sighting stays
             observation = result.observation(OBSERVATION_CHARS)
         except ToolArgumentError as exc:
             observation = json.dumps({"error": str(exc)})
@@ -128,10 +138,9 @@ async def answer_agentic(question: Question, deps: AnswerDeps) -> ModeResult:
         call, usage = await next_step(deps, messages)
         master = master + usage
         try:
-            final = validate_arguments("output_answer", call.arguments)  # type: ignore[assignment]
+            final = _final_answer(call.arguments)
         except ToolArgumentError:
             final = OutputAnswerArgs(answer=Abstention.EMPTY.value, abstain=True)
-    assert isinstance(final, OutputAnswerArgs)
     evidence = [] if final.abstain else [seen[i] for i in dict.fromkeys(final.evidence) if i in seen]
     if not final.abstain and not evidence:
         # Cited nothing it saw: keep the answer, show what it was drawn from.

@@ -11,6 +11,8 @@ import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
+
 from epistream.contracts import Evidence, Question
 from epistream.dates import within_calendar
 from epistream.db import tenant_scope
@@ -60,7 +62,7 @@ async def read_windows(deps: AnswerDeps, question: Question) -> list[SegmentText
     return []
 
 
-async def route_question(deps: AnswerDeps, question: Question, vector) -> list[RoutedSegment]:  # type: ignore[no-untyped-def]
+async def route_question(deps: AnswerDeps, question: Question, vector: np.ndarray) -> list[RoutedSegment]:
     """Route with the question's time filter, falling back to none when it empties the result."""
     window = window_for(question)
     async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
