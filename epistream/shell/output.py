@@ -24,8 +24,10 @@ def print_rows(rows: Iterable[Any], file: TextIO | None = None) -> None:
             print(f"           | {line}", file=file)
 
 
-def print_answer(answer: Answer, question: str) -> None:
-    print(f"\nQ: {question}")
+def print_answer(answer: Answer, question: str | None = None) -> None:
+    """The answer, its evidence and its cost; under a "Q:" line of its own when `question` is given."""
+    if question is not None:
+        print(f"\nQ: {question}")
     flag = " (abstained)" if answer.abstained else ""
     print(f"A: {answer.answer}{flag}")
     for ev in answer.evidence:
