@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Required, TypedDict
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -25,6 +25,7 @@ from .errors import ServiceError
 
 if TYPE_CHECKING:  # the metrics are the workers': a client install has no prometheus-client
     from confluent_kafka.admin import AdminClient
+    from faust.types.auth import CredentialsT
 
     from .metrics import Metrics
 from .settings import ClientSettings
@@ -113,11 +114,16 @@ def kafka_options(settings: ClientSettings) -> dict[str, object]:
     return options
 
 
-def faust_broker_options(settings: ClientSettings) -> dict[str, object]:
+class FaustBrokerOptions(TypedDict, total=False):
+    broker: Required[str]
+    broker_credentials: CredentialsT
+
+
+def faust_broker_options(settings: ClientSettings) -> FaustBrokerOptions:
     """faust.App's broker arguments: the broker URL and, when secured, its credentials."""
     import faust  # here: only the Faust workers pay for importing it
 
-    options: dict[str, object] = {"broker": f"kafka://{settings.kafka_bootstrap}"}
+    options: FaustBrokerOptions = {"broker": f"kafka://{settings.kafka_bootstrap}"}
     protocol = settings.kafka_security_protocol
     context = _ssl_context(settings)
     if protocol.startswith("SASL_"):

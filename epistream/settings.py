@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal, Self, TypeVar
+from typing import Annotated, Literal, Self, TypeVar, overload
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -384,7 +384,11 @@ class Settings(ClientSettings, PostgresSettings, ModelSettings, SegmentSettings,
 AnySettings = TypeVar("AnySettings", bound=BaseSettings)
 
 
-def load_settings(kind: type[AnySettings] = Settings) -> AnySettings:  # type: ignore[assignment]  # mypy#3737
+@overload
+def load_settings() -> Settings: ...
+@overload
+def load_settings(kind: type[AnySettings]) -> AnySettings: ...
+def load_settings(kind: type[BaseSettings] = Settings) -> BaseSettings:
     """The process's settings (all of them, or a group such as :class:`ClientSettings`), or a SettingsError
     naming each bad variable: bad configuration stops a process at start-up, not at its first question."""
     try:
