@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import numpy as np
 
@@ -12,18 +12,7 @@ from epistream.contracts import Turn
 from epistream.embeddings import Embedder
 from epistream.pipeline.segmenter import SegmenterConfig
 from epistream.settings import Settings
-
-T0 = datetime(2024, 5, 6, 9, 0, tzinfo=timezone(timedelta(hours=2)))
-
-
-def make_turns(tenant: str, conversation_id: str, texts: list[tuple[str, str]], *, start: datetime = T0) -> list[Turn]:
-    return [
-        Turn(
-            tenant=tenant, conversation_id=conversation_id, turn_id=f"t{i:03d}", speaker=speaker,
-            text=text, ts=start + timedelta(minutes=i), session_id="session_1",
-        )
-        for i, (speaker, text) in enumerate(texts, start=1)
-    ]
+from epistream.testing.turns import T0, make_turns  # noqa: F401 (the integration tests take them from here)
 
 
 def produce_turns(settings: Settings, turns: list[Turn]) -> int:

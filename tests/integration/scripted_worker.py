@@ -11,7 +11,7 @@ from typing import Any
 
 from epistream.infra.process import ManagedProcess
 from epistream.settings import Settings
-from tests.support.scripted_llm import Reply, ScriptedLLM
+from epistream.testing.scripted_llm import Reply, ScriptedLLM
 
 from .deployments import deployments
 

@@ -15,7 +15,7 @@ from epistream.pipeline.enrich import EnrichDeps, enrich_segment
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.segmenter import SegmenterConfig
-from tests.support.scripted_llm import ScriptedLLM
+from epistream.testing.scripted_llm import ScriptedLLM
 
 from .helpers import make_turns
 

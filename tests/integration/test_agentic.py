@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from epistream.contracts import Mode, Question
-from tests.support.scripted_llm import ScriptedLLM
+from epistream.testing.scripted_llm import ScriptedLLM
 
 from .seed import seed_memory
 from .test_deep import _ask, _deps

@@ -28,8 +28,8 @@ from epistream.infra.process import ManagedProcess, pid_alive, wait_until
 from epistream.kafka_io import create_consumer
 from epistream.readiness import port_open
 from epistream.settings import Settings
+from epistream.testing.scripted_llm import ScriptedLLM
 from epistream.topics import ensure_topics
-from tests.support.scripted_llm import ScriptedLLM
 
 from .conftest import drop_database, own_database, read_topic
 

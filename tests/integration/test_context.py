@@ -27,7 +27,7 @@ from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.segmenter import SegmenterConfig
 from epistream.prompts import estimate_tokens
-from tests.support.scripted_llm import ScriptedLLM
+from epistream.testing.scripted_llm import ScriptedLLM
 
 from .helpers import make_turns
 from .seed import seed_memory

@@ -27,7 +27,7 @@ from epistream.metrics import Metrics
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.segmenter import SegmenterConfig
-from tests.support.scripted_llm import ScriptedLLM
+from epistream.testing.scripted_llm import ScriptedLLM
 
 pytestmark = pytest.mark.integration
 

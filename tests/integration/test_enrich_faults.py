@@ -30,7 +30,7 @@ from epistream.pipeline.segmenter import SegmenterConfig
 from epistream.pipeline.store import memory
 from epistream.prompts import estimate_tokens
 from epistream.retry import Backoff
-from tests.support.scripted_llm import ScriptedLLM
+from epistream.testing.scripted_llm import ScriptedLLM
 
 from .helpers import make_turns
 from .seed import DIALOGUE, KNOWN_OUTPUT, TZ, scripted_reply, seed_segment

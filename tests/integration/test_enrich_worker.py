@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from epistream.contracts import DeadLetter, Segment
-from tests.support.scripted_llm import ScriptedLLM
+from epistream.testing.scripted_llm import ScriptedLLM
 
 from .conftest import read_topic, wait_for
 from .helpers import make_turns, produce_turns

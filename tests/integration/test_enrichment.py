@@ -11,7 +11,7 @@ import pytest
 
 from epistream.errors import ModelOutputError
 from epistream.pipeline.store.graph import _statement
-from tests.support.scripted_llm import ScriptedLLM
+from epistream.testing.scripted_llm import ScriptedLLM
 
 from .seed import run_enrichment, scripted_reply, seed_segment
 

@@ -16,7 +16,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 
 from epistream.contracts import DeadLetter
 from epistream.kafka_io import consumer_lag
-from tests.support.hostile import PRODUCER_REJECTS, cases, expected_rows
+from epistream.testing.hostile import PRODUCER_REJECTS, cases, expected_rows
 
 from .conftest import read_topic, wait_for
 from .helpers import make_turns, produce_bytes

@@ -27,8 +27,8 @@ from epistream.infra import services
 from epistream.kafka_io import create_producer, librdkafka_options, partitions_of
 from epistream.settings import Settings
 from epistream.tenants import credentials
+from epistream.testing.scripted_llm import ScriptedLLM
 from epistream.tls import CA_FILE, embedded_tls_dir
-from tests.support.scripted_llm import ScriptedLLM
 
 from .conftest import read_topic, wait_for
 from .deployments import BASE_PORT, Deployment, as_env, deployments

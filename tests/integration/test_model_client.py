@@ -12,7 +12,7 @@ from epistream.errors import ModelOutputError, ModelUnavailable
 from epistream.llm import ModelClient, create_client
 from epistream.metrics import Metrics
 from epistream.settings import JsonMode
-from tests.support.scripted_llm import ScriptedLLM
+from epistream.testing.scripted_llm import ScriptedLLM
 
 
 class Capital(BaseModel):

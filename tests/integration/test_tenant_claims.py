@@ -17,7 +17,7 @@ from epistream.claims import tenant_key
 from epistream.client import produce_raw
 from epistream.contracts import DeadLetter, MemoryContext, Mode, Question
 from epistream.replies import tenant_reply_topic
-from tests.support.scripted_llm import ScriptedLLM
+from epistream.testing.scripted_llm import ScriptedLLM
 
 from .conftest import read_topic, wait_for
 from .deployments import BASE_PORT, Deployment, deployments

@@ -1,4 +1,4 @@
-"""The hostile corpus (tests/support/hostile.py) agrees with the contract: each case decodes to the
+"""The hostile corpus (epistream/testing/hostile.py) agrees with the contract: each case decodes to the
 row it says it leaves, or is refused with its reason."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from epistream.contracts import SegmentCloseRequest, Turn, decode
 from epistream.errors import ContractError
-from tests.support.hostile import CASES, HostileCase, expected_rows
+from epistream.testing.hostile import CASES, HostileCase, expected_rows
 
 
 def test_the_corpus_is_big_and_varied_enough():

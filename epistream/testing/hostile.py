@@ -8,7 +8,7 @@ corpus; ``CASES`` is the default one. Several stored cases may share a turn id (
 the store holds the last of them in corpus order (``expected_rows``). ``PRODUCER_REJECTS`` are
 over Kafka's 1 MB limit: a producer must refuse them before they reach a topic.
 
-Used by tests/integration/test_hostile_inputs.py and by bench/faults.py.
+Used by tests/integration/test_hostile_inputs.py and by the fault suite (bench/faults/hostile.py).
 """
 
 from __future__ import annotations

@@ -21,8 +21,7 @@ from epistream.consumers.retrieval import from_settings
 from epistream.embeddings import Embedder, turn_embedding_text
 from epistream.settings import Settings
 from epistream.sources import LocomoQA, LocomoSample
-
-from .helpers import make_turns
+from epistream.testing.turns import make_turns
 
 pytestmark = pytest.mark.integration
 

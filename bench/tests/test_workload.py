@@ -55,7 +55,7 @@ def test_the_same_spec_gives_the_same_bytes_and_another_seed_other_bytes():
 
 def test_the_bytes_do_not_depend_on_the_process_hash_seed():
     # str hashes differ per process; a generator that iterated a set of names would differ here
-    code = ("from bench.workload_scale import WorkloadSpec; import tests.unit.test_workload as t; "
+    code = ("from bench.workload_scale import WorkloadSpec; import bench.tests.test_workload as t; "
             "print(t._digest(t.SMALL))")
     digests = {subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                               env={"PYTHONHASHSEED": seed, "PATH": ""}).stdout.strip() for seed in ("1", "2")}
