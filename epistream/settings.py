@@ -120,14 +120,15 @@ class KafkaSettings(BaseSettings):
     topic_health: str = Field("epistream.health", description="Topic the Kafka health probe writes to and reads back.")
     # -1 (forever) or a positive number of days: Kafka's retention.ms, set on create and on every start.
     turns_retention_days: float = Field(
-        -1, description="How long memory.turns keeps a turn, in days (-1: forever). A rebuild reads only what it keeps.",
+        -1, description="How long memory.turns and memory.segments (the enrich worker's queue) keep a record, in days "
+        "(-1: forever). A rebuild reads only what memory.turns keeps.",
     )
     dlq_retention_days: float = Field(
         14, description="How long memory.dlq keeps a dead letter, in days (-1: forever); a forgotten conversation's "
         "letters go with them.",
     )
     topic_retention_days: float = Field(
-        7, description="How long memory.segments, memory.questions and memory.answers keep a record, in days (-1: forever).",
+        7, description="How long memory.questions and memory.answers keep a record, in days (-1: forever).",
     )
     # 6: one, two or three ingest workers share them evenly (with 4, Faust gave a third worker none).
     turns_partitions: int = Field(6, description="Partitions of memory.turns (keyed by conversation).")
