@@ -58,7 +58,8 @@ FACT_CANDIDATES = (10, 100)
 @dataclass(frozen=True)
 class GistSources:
     """The source turns of the best ``gists`` gists, each ranked at ``share`` of its gist's score.
-    Not measured on LoCoMo yet: the equal-budget eval's memory is not enriched (see the README)."""
+    Not measured on LoCoMo yet: the equal-budget eval's memory is not enriched
+    (docs/benchmarks/budget-recall.md)."""
 
     gists: int = 5
     share: float = 0.9

@@ -6,7 +6,7 @@ A tenant's key is derived from one operator secret (``EPISTREAM_TENANT_KEY_SECRE
 so the workers need no key store: ``epistream tenant-key T`` prints it once for T's backend, which
 signs with it (``epistream.client`` does when given a key). A backend holding A's key can sign only
 as A; a record claiming B without B's signature is dead-lettered with the reason. Without the
-secret, claims are not checked (a single-tenant or trusted deployment; see the README's trust model)."""
+secret, claims are not checked (a single-tenant or trusted deployment; see the trust model in docs/operations.md)."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ def tenant_option(tenant: str) -> str:
 def reader_url(settings: Settings, tenant: str) -> str:
     """A read-only login (epistream_reader) on the workers' database, its session scoped to `tenant`.
     The scope keeps a session to one tenant's rows; it is not a wall against the person typing, who
-    could name another tenant: people with SQL access are the operators (see the README's trust model).
+    could name another tenant: people with SQL access are the operators (see the trust model in docs/operations.md).
     Its password is EPISTREAM_DB_READER_PASSWORD; unset, the URL has none, and libpq looks in the
     standard places (PGPASSWORD, PGPASSFILE, ~/.pgpass): the workers' password would only fail the login."""
     password = settings.db_reader_password.get_secret_value() if settings.db_reader_password else None

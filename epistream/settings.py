@@ -325,7 +325,7 @@ class WorkerSettings(BaseSettings):
 
 
 class SecuritySettings(BaseSettings):
-    """Who may speak for a tenant (see epistream.claims and the README's trust model)."""
+    """Who may speak for a tenant (see epistream.claims and the trust model in docs/operations.md)."""
 
     model_config = _CONFIG
 

@@ -1,5 +1,5 @@
 """The suite's results: bench/results/faults.json, faults.png (per scenario: produced, stored, lost,
-duplicated, dead-lettered, time to recover) and a markdown table for the README."""
+duplicated, dead-lettered, time to recover) and a markdown table for docs/benchmarks/faults.md."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def cmd_tenant(args: argparse.Namespace) -> int:
             if not authenticates(settings):
                 print(f"warning: the broker is reached over {settings.kafka_security_protocol}, which authenticates "
                       "no one: the tenant has its reply topic and key, but no login of its own, and anyone who "
-                      "reaches the broker can read every topic (README, trust model)", file=sys.stderr)
+                      "reaches the broker can read every topic (docs/operations.md, trust model)", file=sys.stderr)
             print(f"# tenant {args.tenant!r}: give these to its backend only", *creds.as_environment(settings),
                   sep="\n")
         else:

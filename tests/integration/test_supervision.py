@@ -42,7 +42,7 @@ def _retrying(what: str, call, timeout_s: float = 240.0):  # type: ignore[no-unt
 
 
 def _record_restart(settings, service: str, seconds: float) -> None:  # type: ignore[no-untyped-def]
-    """Kept beside the test stack, for the figures in the README."""
+    """Kept beside the test stack, for the figures in docs/operations.md."""
     path = settings.state_dir / "restart-times.json"
     times = json.loads(path.read_text()) if path.exists() else {}
     times[service] = round(seconds, 1)
