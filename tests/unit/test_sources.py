@@ -200,8 +200,12 @@ def test_sample_conversation_validates() -> None:
 def test_sample_questions_shape() -> None:
     questions = json.loads(SAMPLE_QUESTIONS.read_text(encoding="utf-8"))
     assert len(questions) >= 6
-    assert all(set(q) == {"question", "expected"} for q in questions)
+    assert all(set(q) == {"question", "expected", "evidence"} for q in questions)
     assert any(q["expected"] is None for q in questions)
+    # Each answerable question names the turns that hold its evidence (the demo's context test reads them).
+    turn_ids = {data["turn_id"] for _, data, _ in read_turns_jsonl(SAMPLE_CONVERSATION) if data}
+    assert all(bool(q["evidence"]) == (q["expected"] is not None) and set(q["evidence"]) <= turn_ids
+               for q in questions)
 
 
 def test_detect_format(tmp_path: Path, locomo_file: Path) -> None:
