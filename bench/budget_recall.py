@@ -1,16 +1,16 @@
 """``python -m bench.budget_recall`` (``make eval-budget``): evidence recall at equal token budgets.
 
-For every LoCoMo question with evidence (categories 1-4) of the chosen split, every system's
-ranked context is cut at 250/500/1,000/2,000/4,000 tokens (bench/budget_context.py) and scored:
-the share of evidence turns present verbatim (the primary figure) and, labelled apart, also
-crediting the source turns of gists and facts.
+For every LoCoMo question with evidence (categories 1-4) of the chosen split, every system's ranked
+context is cut at 250/500/1,000/2,000/4,000 tokens (bench/budget_systems.py) and scored: the share of
+evidence turns present verbatim (the primary figure) and, labelled apart, also crediting the source
+turns of gists and facts.
 
-Systems: four in process over the dataset's turns (bench/budget_offline.py: BM25, MiniLM over the
-bare text, MiniLM over ``[session date] speaker: text``, their RRF), and, unless ``--offline``,
-four over the memory stored by the ingest worker's own code in a database of the run's own on the
-embedded PostgreSQL (bench/budget_stored.py: fused turn search, dense-only turn search, the
-deep-mode router, the fused search's own top_k turns). Splits: choices are tuned on ``pick`` and reported on
-``report`` (issue 12); ``all`` is both. Writes JSON and a PNG, prints markdown tables.
+Systems: four in process over the dataset's turns (BM25, MiniLM over the bare text, MiniLM over
+``[session date] speaker: text``, their RRF), and, unless ``--offline``, those over the memory stored
+by the ingest worker's own code in a database of the run's own on the embedded PostgreSQL (the context
+read and its ablations, fused and dense turn search, the deep-mode router and reading windows, the fused
+search's own top_k turns). Splits: choices are tuned on ``pick`` and reported on ``report`` (issue 12);
+``all`` is both. Writes JSON and a PNG (summaries, chart and markdown below), prints markdown tables.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -27,17 +28,28 @@ from typing import Any
 from epistream.settings import Settings
 from epistream.sources import LocomoSample, load_locomo
 
-from . import budget_report
-from .budget_context import (
+from . import report
+from .budget_systems import (
     BUDGETS,
+    ContextRead,
+    DeepWindows,
+    DiskCachedEmbed,
+    MemoEmbedder,
+    Memory,
+    OfflineTurns,
     Query,
+    RouterSegments,
+    StoredTurns,
     System,
+    build_conversations,
     context_tokens,
     cut,
+    dated_text,
     recall_with_sources,
     verbatim_recall,
 )
-from .eval_metrics import ADVERSARIAL
+from .eval_metrics import ADVERSARIAL, CATEGORY_NAMES, mean
+from .stack import up
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo-dev.json"  # as `make eval` finds it
@@ -105,8 +117,6 @@ async def score(systems: list[System], queries: list[Query], budgets: tuple[int,
 async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from epistream.embeddings import Embedder, default_model_path
 
-    from .budget_offline import DiskCachedEmbed, OfflineTurns, build_conversations, dated_text
-
     samples = split_samples(load_locomo(args.path, tenant=TENANT), args.split)
     embedder = Embedder.from_settings(settings)
     model = settings.embedding_model_path or default_model_path()
@@ -131,7 +141,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
         if not args.offline:
             from epistream.consumers.retrieval import from_settings
 
-            from .budget_stored import CachedEmbedder, Memory
+            from .budget_systems import CachedEmbedder, Memory
 
             started = time.perf_counter()
             memory = await Memory.create(settings, TENANT)
@@ -156,12 +166,12 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     names = [s.name for s in systems]
     present = {r["sample_id"] for r in records}
     result["by_split"] = {
-        split: budget_report.summarise([r for r in records if r["sample_id"] in ids], names, BUDGETS, PIECE_COUNTS)
+        split: summarise([r for r in records if r["sample_id"] in ids], names, BUDGETS, PIECE_COUNTS)
         for split, ids in (("pick", SPLITS["pick"]), ("report", SPLITS["report"]),
                            ("all", SPLITS["pick"] + SPLITS["report"]))
         if present & set(ids)}
     headline = result["by_split"]["all" if "all" in result["by_split"] else next(iter(result["by_split"]))]
-    for figure in budget_report.FIGURES:
+    for figure in FIGURES:
         result[f"{figure}_at_budget"] = headline[f"{figure}_at_budget"]
         result[f"{figure}_at_budget_by_category"] = headline[f"{figure}_at_budget_by_category"]
     result["recall_at_pieces"] = headline["recall_at_pieces"]
@@ -183,8 +193,6 @@ def stored_systems(memory, recipes, turns_by_id, embedder) -> list[System]:  # t
     left with their switches: docs/experiments.md.)"""
     from epistream.consumers.context import Neighbours
 
-    from .budget_stored import ContextRead, DeepWindows, MemoEmbedder, RouterSegments, StoredTurns
-
     memo = MemoEmbedder(embedder)
     no_speakers = replace(recipes, turns=replace(recipes.turns, speaker_bonus=0.0))
     rrf_60 = replace(recipes, turns=replace(recipes.turns, rrf_k=60))
@@ -204,8 +212,6 @@ async def on_stack_memory(settings: Settings, pool, embedder, tenant: str,  # ty
     tenant on the running stack): the figures keyed like this command's own."""
     from epistream.consumers.retrieval import from_settings
 
-    from .budget_stored import Memory
-
     queries = []
     for (sample, qa), vector in zip(questions, vectors, strict=True):
         queries.append(Query(key=f"{sample.sample_id}#{sample.qa.index(qa)}", sample_id=sample.sample_id,
@@ -215,7 +221,7 @@ async def on_stack_memory(settings: Settings, pool, embedder, tenant: str,  # ty
     by_id = {(t.conversation_id, t.turn_id): t for s in samples for t in s.turns}
     systems = stored_systems(Memory(settings, "", pool, tenant), from_settings(settings), by_id, embedder)
     records = await score(systems, queries)
-    summary = budget_report.summarise(records, [s.name for s in systems], BUDGETS, PIECE_COUNTS)
+    summary = summarise(records, [s.name for s in systems], BUDGETS, PIECE_COUNTS)
     return {"recall_at_budget_questions": len(records),
             **{k: v for k, v in summary.items() if k.endswith("_at_budget") or k.endswith("_by_category")}}
 
@@ -232,17 +238,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import report
-
     args = parse_args(argv)
     settings = Settings()
     if not args.path.exists():
         sys.exit(f"{args.path}: no such file")
     if not args.offline and not args.no_up:
-        from epistream.infra import services
-
-        for row in services.up(settings, workers=False, only={"postgres"}):
-            print(f"  {row.state:<8} {row.name:<15} {row.detail}", flush=True)
+        up(settings, only={"postgres"})
     started = time.perf_counter()
     result = asyncio.run(run(args, settings))
     result["timings"]["total_s"] = round(time.perf_counter() - started, 1)
@@ -250,10 +251,108 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out / DEFAULT_OUT.name if args.out.is_dir() or not args.out.suffix else args.out
     report.write_json(out, result)
     chart = out.with_suffix(".png")
-    budget_report.write_chart(chart, result)
+    write_chart(chart, result)
     print(f"\nwrote {out} and {chart}\n")
-    print(budget_report.markdown(result))
+    print(markdown(result))
     return 0
+
+
+# --- summaries, markdown and chart (pure, apart from writing the PNG) -----------------------------
+
+FIGURES = ("recall", "recall_with_sources", "tokens")
+
+
+def summarise(records: list[dict[str, Any]], systems: Iterable[str], budgets: Iterable[int],
+              piece_counts: Iterable[int] = ()) -> dict[str, Any]:
+    """Means over questions: overall and per category, keyed system -> budget (as a string); and
+    recall of the first k pieces for the rankings (``recall_at_pieces``, k counts pieces)."""
+    systems, budgets = list(systems), [str(b) for b in budgets]
+    out: dict[str, Any] = {"questions": len(records)}
+    out["recall_at_pieces"] = {
+        s: {str(k): _mean(records, "recall_at_pieces", s, str(k)) for k in piece_counts}
+        for s in systems if any(s in r.get("recall_at_pieces", {}) for r in records)}
+    for figure in FIGURES:
+        out[f"{figure}_at_budget"] = {
+            s: {b: _mean(records, figure, s, b) for b in budgets} for s in systems}
+        categories = sorted({r["category"] for r in records})
+        out[f"{figure}_at_budget_by_category"] = {
+            s: {str(c): {b: _mean([r for r in records if r["category"] == c], figure, s, b) for b in budgets}
+                for c in categories}
+            for s in systems}
+    out["questions_by_category"] = {str(c): sum(1 for r in records if r["category"] == c)
+                                    for c in sorted({r["category"] for r in records})}
+    return out
+
+
+def _mean(records: list[dict[str, Any]], figure: str, system: str, budget: str) -> float | None:
+    value = mean(r[figure][system][budget] for r in records if system in r[figure])
+    return None if value is None else round(value, 3)
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def table(summary: dict[str, Any], figure: str = "recall", title: str = "") -> str:
+    """One markdown table: a row per system, a column per budget."""
+    rows = summary[f"{figure}_at_budget"]
+    budgets = list(next(iter(rows.values())).keys()) if rows else []
+    lines = [f"**{title}** ({summary['questions']} questions)" if title else "",
+             "| system | " + " | ".join(f"{int(b):,}" for b in budgets) + " |",
+             "|---|" + "---:|" * len(budgets)]
+    for system, values in rows.items():
+        lines.append(f"| {system} | " + " | ".join(_cell(values[b]) for b in budgets) + " |")
+    return "\n".join(line for line in lines if line)
+
+
+def category_table(summary: dict[str, Any], budget: str, figure: str = "recall") -> str:
+    """Per category at one budget: a row per system."""
+    rows = summary[f"{figure}_at_budget_by_category"]
+    categories = list(summary["questions_by_category"])
+    head = " | ".join(f"{c} {CATEGORY_NAMES.get(int(c), '')} ({summary['questions_by_category'][c]})"
+                      for c in categories)
+    lines = [f"| system @ {int(budget):,} tokens | {head} |", "|---|" + "---:|" * len(categories)]
+    for system, by_category in rows.items():
+        lines.append(f"| {system} | " + " | ".join(_cell(by_category[c][budget]) for c in categories) + " |")
+    return "\n".join(lines)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    parts = [f"Evidence recall at equal token budgets (tokens = ceil(chars/4) of `speaker: text`); "
+             f"conversations {', '.join(result['conversations'])}"]
+    for split, summary in result["by_split"].items():
+        parts.append(table(summary, "recall", f"{split}: verbatim evidence recall"))
+        parts.append(category_table(summary, "1000"))
+    last = next(reversed(result["by_split"].values()))
+    parts.append(table(last, "tokens", "tokens in the cut context (mean)"))
+    parts.append(table(last, "recall_with_sources", "recall also crediting gist/fact source turns"))
+    parts.append(table({"questions": last["questions"], "pieces_at_budget": last["recall_at_pieces"]}, "pieces",
+                       "recall of the first k pieces (k counts turns, not tokens; the old figures' unit)"))
+    return "\n\n".join(parts)
+
+
+def write_chart(path: Path, result: dict[str, Any]) -> None:
+    """Recall vs budget, one line per system, a panel per split."""
+    from matplotlib.ticker import NullFormatter
+
+    splits = list(result["by_split"])
+    fig, axes = report.subplots(1, len(splits), figsize=(5.5 * len(splits), 4.5), squeeze=False, sharey=True)
+    for ax, split in zip(axes[0], splits, strict=True):
+        summary = result["by_split"][split]
+        for system, values in summary["recall_at_budget"].items():
+            xs = [int(b) for b, v in values.items() if v is not None]
+            # Dashed: lines expected to lie on another (ablations; the SQL twin of an offline ranking).
+            dashed = system.endswith("_simple") or system == "dense_turns"
+            ax.plot(xs, [values[str(x)] for x in xs], marker="o", label=system, linestyle="--" if dashed else "-")
+        ax.set_xscale("log")
+        ax.set_xticks([int(b) for b in result["budgets"]], [str(b) for b in result["budgets"]])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("token budget")
+        ax.set_title(f"{split} ({summary['questions']} questions)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("evidence recall (verbatim)")
+    axes[0][-1].legend(fontsize=7, loc="lower right", ncol=2)
+    report.save(fig, path)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # headless
-import matplotlib.pyplot as plt  # noqa: E402
-
-from .eval_metrics import ADVERSARIAL, CATEGORY_NAMES, abstention_stats, mean, percentile  # noqa: E402
+from . import report
+from .eval_metrics import ADVERSARIAL, CATEGORY_NAMES, abstention_stats, mean, percentile
 
 SYSTEM_LABELS = {"epistream": "epistream", "full_context": "full context", "dense_top_k": "dense top-k"}
 RECALL_LABELS = {
@@ -188,7 +184,7 @@ def markdown(result: dict[str, Any]) -> str:
     if unanswered:
         lines += ["", f"Not answered within the timeout: {unanswered} question(s) (scored as abstentions)."]
     if result.get("recall_at_budget"):
-        from .budget_report import table
+        from .budget_recall import table
 
         lines += ["", table({"questions": result["recall_at_budget_questions"],
                              "recall_at_budget": result["recall_at_budget"]},
@@ -201,7 +197,7 @@ def markdown(result: dict[str, Any]) -> str:
 def write_chart(path: Path, result: dict[str, Any]) -> None:
     systems = {name: s for name, s in result.get("systems", {}).items() if s}
     recall = segment_recall(result) or {}
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, (left, right) = report.subplots(1, 2, figsize=(13, 4.8))
     colors = {"epistream": "#d62728", "full_context": "#1f77b4", "dense_top_k": "#2ca02c"}
     if systems:
         categories = sorted({c for s in systems.values() for c in s["per_category"]}, key=int)
@@ -236,7 +232,4 @@ def write_chart(path: Path, result: dict[str, Any]) -> None:
     else:
         right.text(0.5, 0.5, "no recall", ha="center")
     fig.suptitle(f"LoCoMo {', '.join(result.get('conversations', []))} — {result.get('model')}", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report.save(fig, path)

@@ -42,7 +42,7 @@ from epistream.topics import create_topic, delete_topics
 from . import budget_recall, eval_report
 from .eval_metrics import ADVERSARIAL, recall_at_k, sample_by_category, score_answer, union_turns
 from .ingest import wait_for_rows
-from .stack import stale_worker_sources
+from .stack import stale_worker_sources, up
 from .store_state import StoreState, store_state_async, wait_for_enrichment_async
 from .worker_metrics import model_requests, request_delta
 
@@ -663,7 +663,6 @@ def run_from_args(args: argparse.Namespace, *, settings: Settings | None = None)
     """The whole evaluation from parsed arguments."""
     from epistream.errors import ServiceError
     from epistream.health import probe_all
-    from epistream.infra import services
 
     from . import report
 
@@ -678,10 +677,8 @@ def run_from_args(args: argparse.Namespace, *, settings: Settings | None = None)
     run_id = f"{datetime.now(UTC):%Y%m%dt%H%M%S}-{uuid.uuid4().hex[:6]}"
     tenant = args.tenant or f"eval-{run_id}"
     if not args.no_up:
-        print(f"starting the stack under {settings.state_dir} (idempotent)", flush=True)
         try:
-            for row in services.up(settings):
-                print(f"  {row.state:<8} {row.name:<15} {row.detail}", flush=True)
+            up(settings)
         except ServiceError as exc:
             sys.exit(f"bench.locomo_eval: the stack is not healthy: {exc}")
     bad = [p for p in asyncio.run(probe_all(settings)) if not p.healthy]

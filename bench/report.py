@@ -12,11 +12,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # headless: no display on CI or servers
-import matplotlib.pyplot as plt  # noqa: E402
-
 
 def git_commit(root: Path) -> str | None:
     """HEAD's short hash, read from .git directly: no git process, so nothing can touch the work tree."""
@@ -61,6 +56,26 @@ def write_results(path: Path, result: dict[str, Any], plot: Callable[[dict, Path
     print(f"wrote {path}" + (f" and {path.with_suffix('.png')}" if plot is not None else ""))
 
 
+def subplots(*args: Any, **kwargs: Any) -> Any:
+    """``plt.subplots`` on the headless backend (no display on CI or servers); matplotlib loads only to draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(*args, **kwargs)
+
+
+def save(fig: Any, path: Path, *, dpi: int = 110) -> None:
+    """Lay the figure out, write it as a PNG and free it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
 def write_chart(path: Path, result: dict[str, Any]) -> None:
     t = result["throughput"]
     labels = ["ingest\n(end to end)", "embedding\nmodel only", "COPY\n(temp table)"]
@@ -70,7 +85,7 @@ def write_chart(path: Path, result: dict[str, Any]) -> None:
         labels.append("COPY\n(logged table)")
         values.append(t["copy_logged_rows_per_s"])
         colors.append("#98df8a")
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = subplots(figsize=(7.5, 4.5))
     bars = ax.bar(labels, values, color=colors)
     ax.set_yscale("log")
     ax.set_ylabel("items per second (log scale)")
@@ -91,10 +106,7 @@ def write_chart(path: Path, result: dict[str, Any]) -> None:
     )
     # Bars start at a power of ten below the smallest, so heights compare orders of magnitude.
     ax.set_ylim(bottom=10 ** math.floor(math.log10(min(values))), top=max(values) * 4)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path, dpi=120)
 
 
 def markdown(result: dict[str, Any]) -> str:

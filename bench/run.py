@@ -18,13 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from epistream.db import admin_database_url
-from epistream.infra import services
 from epistream.settings import Settings
 
 from . import enrich_report
-from .enrich_phase import EnrichOptions, run_enrich
+from .enrich import EnrichOptions, run_enrich
 from .ingest_phase import QUICK_TURNS, run_ingest
-from .stack import restart_ingest_worker, worker_setting
+from .stack import restart_ingest_worker, up, worker_setting
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -84,9 +83,8 @@ def start_stack(args: argparse.Namespace) -> Settings:
     settings = Settings()
     if settings.state_dir == (ROOT / ".epistream-test").resolve():
         sys.exit("EPISTREAM_HOME points at the test suite's stack; unset it (the benchmark uses .epistream)")
-    print(f"starting the stack under {settings.state_dir} (idempotent), {IDLE_ENV}={os.environ[IDLE_ENV]}")
-    for row in services.up(settings):
-        print(f"  up   {row.name:<15} {row.detail}")
+    print(f"{IDLE_ENV}={os.environ[IDLE_ENV]}")
+    up(settings)
     running = worker_setting(settings, "segment_idle_s")
     if running is not None and float(running) != float(os.environ[IDLE_ENV]):
         if args.restart_worker:

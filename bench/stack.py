@@ -22,6 +22,14 @@ from epistream.settings import Settings
 OWN_PROCESSES = ("worker-ingest", "worker-answer", "model-server", "kafka")
 
 
+def up(settings: Settings, *, only: set[str] | None = None) -> None:
+    """Start the embedded stack (idempotent; with `only`, those services and no workers), a line per service."""
+    print(f"starting {'the stack' if only is None else ', '.join(sorted(only))} under {settings.state_dir} "
+          "(idempotent)", flush=True)
+    for row in services.up(settings, workers=only is None, only=only):
+        print(f"  {row.state:<8} {row.name:<15} {row.detail}", flush=True)
+
+
 def managed_pid(settings: Settings, name: str) -> int | None:
     return services.service_pid(settings, name)
 

@@ -16,9 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from epistream.db import admin_database_url
-from epistream.infra import services, supervisor
+from epistream.infra import supervisor
 from epistream.settings import Settings
 
+from ..stack import up
 from . import report, settle, workload
 from .hostile import run_hostile
 from .runner import run_scenario
@@ -66,9 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"a stack is running under {settings.state_dir} with other settings ({'; '.join(mismatched)}): "
               "stop it first (`epistream down`)", file=sys.stderr)
         return 2
-    print(f"starting the stack under {settings.state_dir} (idempotent)")
-    for row in services.up(settings):
-        print(f"  up   {row.name:<15} {row.detail}")
+    up(settings)
     url = admin_database_url(settings)
     run_id = f"{datetime.now(UTC):%m%dt%H%M%S}-{uuid.uuid4().hex[:4]}"
     size = workload.QUICK if (args.workload or ("quick" if args.quick else "full")) == "quick" else workload.FULL

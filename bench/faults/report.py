@@ -6,12 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
+from bench import report
 from bench.report import machine_info, write_json
-
-matplotlib.use("Agg")  # headless: no display on CI or servers
-import matplotlib.pyplot as plt  # noqa: E402
 
 JSON_NAME = "faults.json"
 PNG_NAME = "faults.png"
@@ -47,7 +43,7 @@ def write(results: Path, result: dict[str, Any]) -> tuple[Path, Path]:
 
 def write_chart(path: Path, scenarios: list[dict[str, Any]]) -> None:
     names = [s["name"] for s in scenarios]
-    fig, (counts, recover) = plt.subplots(2, 1, figsize=(max(8, 1.1 * len(names) + 3), 8), sharex=True)
+    fig, (counts, recover) = report.subplots(2, 1, figsize=(max(8, 1.1 * len(names) + 3), 8), sharex=True)
     width = 0.8 / len(BARS)
     for k, (field, color) in enumerate(BARS):
         xs = [i + (k - (len(BARS) - 1) / 2) * width for i in range(len(names))]
@@ -59,10 +55,7 @@ def write_chart(path: Path, scenarios: list[dict[str, Any]]) -> None:
     recover.bar(range(len(names)), [s["recover_s"] for s in scenarios], color=colors)
     recover.set_ylabel("time to recover (s)\nred: an invariant failed")
     recover.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report.save(fig, path)
 
 
 def markdown(result: dict[str, Any]) -> str:

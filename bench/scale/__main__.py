@@ -21,9 +21,10 @@ from epistream.consumers.retrieval import from_settings
 from epistream.db import create_pool, database_url, on_database
 from epistream.embeddings import Embedder
 from epistream.settings import Settings
+from epistream.testing.databases import scratch_database
 
 from ..report import write_results
-from ..scratch_db import scratch_database
+from ..stack import up
 from ..workload_scale import PRESETS, WorkloadSpec, conversation_questions
 from .disk import disk_usage, postgres_settings
 from .load import grow, grow_bulk, prepare
@@ -147,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     if any(int(s) % CHUNK for s in args.sizes.split(",")):
         parser.error(f"sizes are multiples of {CHUNK}")
     settings = Settings()
-    with scratch_database(settings, "scale_bench", start_postgres=args.start_postgres, keep=args.keep) as url:
+    if args.start_postgres:
+        up(settings, only={"postgres"})
+    with scratch_database(settings, "scale_bench", keep=args.keep) as url:
         report = run(args, settings, url)
     if len(report["points"]) > 1:
         report["projection"] = project(report, 10 * report["points"][-1]["turns"])

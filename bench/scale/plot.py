@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..report import save, subplots
+
 
 def extend(x0: float, y0: float, x1: float, y1: float, x: float) -> tuple[float, float]:
     """(value at x, log-log slope) of the power law through (x0, y0) and (x1, y1)."""
@@ -34,14 +36,9 @@ def project(report: dict, to_turns: int) -> dict:
 
 
 def plot(report: dict, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     points = report["points"]
     turns = [p["turns"] for p in points]
-    fig, (reads, load, disk) = plt.subplots(1, 3, figsize=(15, 4.5))
+    fig, (reads, load, disk) = subplots(1, 3, figsize=(15, 4.5))
     for case in points[0]["reads"]:
         for stat, style in (("p50_ms", "-o"), ("p95_ms", "--o")):
             reads.plot(turns, [p["reads"][case][stat] for p in points], style, label=f"{case} {stat[:3]}")
@@ -67,6 +64,4 @@ def plot(report: dict, out: Path) -> None:
         ax.set(xscale="log", yscale="log", xlabel="turns in memory")
         ax.grid(True, which="both", linewidth=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save(fig, out)

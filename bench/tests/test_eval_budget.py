@@ -8,19 +8,22 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from bench.bm25 import BM25, words
-from bench.budget_context import (
+from bench.budget_recall import SPLITS, score, split_samples, summarise, table
+from bench.budget_systems import (
+    BM25,
     Piece,
     Query,
+    bare_text,
     cut,
+    dated_text,
+    order_by,
     recall_with_sources,
+    rrf,
     turn_piece,
     turn_tokens,
     verbatim_recall,
+    words,
 )
-from bench.budget_offline import bare_text, dated_text, order_by, rrf
-from bench.budget_recall import SPLITS, score, split_samples
-from bench.budget_report import summarise, table
 from epistream.contracts import Turn
 from epistream.sources import LocomoSample
 

@@ -14,9 +14,8 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from bench.budget_context import Query
 from bench.budget_recall import on_stack_memory
-from bench.budget_stored import CachedEmbedder, Memory, RouterSegments, StoredTurns
+from bench.budget_systems import CachedEmbedder, Memory, Query, RouterSegments, StoredTurns
 from epistream.consumers.retrieval import from_settings
 from epistream.embeddings import Embedder, turn_embedding_text
 from epistream.settings import Settings

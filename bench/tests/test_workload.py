@@ -1,4 +1,4 @@
-"""The scale workload generator (bench.workload_scale, bench.workload_questions): deterministic, lazy,
+"""The scale workload generator (bench.workload_scale): deterministic, lazy,
 valid turns whose time expressions and known answers check out against the generated text (no services)."""
 
 from __future__ import annotations
@@ -15,8 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from bench.workload_questions import KnownQuestion, TimeMention
-from bench.workload_scale import PLACES, PRESETS, WorkloadSpec, annotated_turns, questions, spec_for_turns, turns
+from bench.workload_scale import (
+    PLACES,
+    PRESETS,
+    KnownQuestion,
+    TimeMention,
+    WorkloadSpec,
+    annotated_turns,
+    questions,
+    spec_for_turns,
+    turns,
+)
 from epistream.contracts import Question, Turn, decode
 from epistream.dates import RELATIVE_PATTERN, format_resolved, relative_dates, resolve
 

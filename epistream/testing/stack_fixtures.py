@@ -29,15 +29,14 @@ from pathlib import Path
 import psycopg
 import pytest
 from aiokafka import TopicPartition
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
-from epistream.db import admin_database_url, apply_migrations, create_pool, on_database
+from epistream.db import admin_database_url, create_pool, on_database
 from epistream.infra import services, supervisor
 from epistream.infra.process import pid_alive
 from epistream.kafka_io import create_consumer, partitions_of
 from epistream.readiness import stored_turns, wait_until
 from epistream.settings import Settings
+from epistream.testing.databases import drop_database, own_database
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 
@@ -90,21 +89,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(MARKERS[tier_of(item)])
     items.sort(key=order)  # stable: the usual order within each group
-
-
-def own_database(settings: Settings, name: str) -> str:
-    """A fresh, migrated database on the test server: one deployment, one memory."""
-    base = admin_database_url(settings)
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = make_conninfo(base, dbname=name)
-    apply_migrations(url)
-    return url
-
-
-def drop_database(settings: Settings, name: str) -> None:
-    with psycopg.connect(admin_database_url(settings), autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 class TestServices:
