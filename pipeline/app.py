@@ -69,6 +69,9 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         **faust_broker_options(settings),
         broker_client_id=worker_client_id("ingest"),  # how health checks find this process in the group
         store="memory://",
+        # Under the home, not the working directory (Faust's default): a user's folder stays clean, and a
+        # checkout's stray data folder cannot end up in a wheel.
+        datadir=str(settings.state_dir / "faust" / settings.indexer_group),
         web_enabled=False,
         autodiscover=False,
         consumer_auto_offset_reset="earliest",
