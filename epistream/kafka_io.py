@@ -138,6 +138,15 @@ def faust_broker_options(settings: ClientSettings) -> FaustBrokerOptions:
     return options
 
 
+def faust_datadir(settings: ClientSettings, app_id: str) -> str:
+    """A Faust app's data directory, under the home rather than the working directory (Faust's default),
+    so a user's folder stays clean and a checkout's stray data folder cannot end up in a wheel. Made
+    here: Faust creates only its last level."""
+    datadir = settings.state_dir / "faust" / app_id
+    datadir.parent.mkdir(parents=True, exist_ok=True)
+    return str(datadir)
+
+
 def librdkafka_options(settings: ClientSettings) -> dict[str, str]:
     """The same connection options in librdkafka's names, for confluent-kafka's admin client
     (create_librdkafka_admin)."""

@@ -16,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 from epistream.claims import ClaimCheck
 from epistream.embeddings import Embedder
 from epistream.erasure import parse_forgotten
-from epistream.kafka_io import faust_broker_options, report_lag, worker_client_id
+from epistream.kafka_io import faust_broker_options, faust_datadir, report_lag, worker_client_id
 from epistream.metrics import Metrics
 from epistream.resources import Resources
 from epistream.settings import Settings
@@ -69,9 +69,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         **faust_broker_options(settings),
         broker_client_id=worker_client_id("ingest"),  # how health checks find this process in the group
         store="memory://",
-        # Under the home, not the working directory (Faust's default): a user's folder stays clean, and a
-        # checkout's stray data folder cannot end up in a wheel.
-        datadir=str(settings.state_dir / "faust" / settings.indexer_group),
+        datadir=faust_datadir(settings, settings.indexer_group),
         web_enabled=False,
         autodiscover=False,
         consumer_auto_offset_reset="earliest",

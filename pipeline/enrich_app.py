@@ -15,7 +15,7 @@ from mode import Service
 
 from epistream.contracts import Segment, decode
 from epistream.errors import ContractError
-from epistream.kafka_io import dead_letter, faust_broker_options, report_lag, worker_client_id
+from epistream.kafka_io import dead_letter, faust_broker_options, faust_datadir, report_lag, worker_client_id
 from epistream.metrics import Metrics
 from epistream.resources import Resources
 from epistream.retry import Backoff
@@ -69,9 +69,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         **faust_broker_options(settings),
         broker_client_id=worker_client_id("enrich"),  # how health checks find this process in the group
         store="memory://",
-        # Under the home, not the working directory (Faust's default): a user's folder stays clean, and a
-        # checkout's stray data folder cannot end up in a wheel.
-        datadir=str(settings.state_dir / "faust" / settings.enrich_group),
+        datadir=faust_datadir(settings, settings.enrich_group),
         web_enabled=False,
         autodiscover=False,
         consumer_auto_offset_reset="earliest",
