@@ -103,43 +103,33 @@ class ExtraWorker:
 
 
 def spawn_ingest_worker(settings: Settings, log: FaultLog, *, join_timeout_s: float = 240.0) -> ExtraWorker:
-    """Start `epistream worker ingest` beside the supervised one, same group; return once Kafka lists it
-    as a member with partitions of its own."""
-    return spawn_worker(settings, log, "ingest", join_timeout_s=join_timeout_s)
-
-
-def spawn_worker(settings: Settings, log: FaultLog, worker: str, *, metrics_offset: int = EXTRA_METRICS_OFFSET,
-                 join_timeout_s: float = 240.0, need_partitions: bool = True) -> ExtraWorker:
-    """Start `epistream worker <worker>` (ingest or answer) beside the supervised one, in the same group,
-    serving /metrics at the supervised worker's port + `metrics_offset` (one offset per extra worker);
-    return once Kafka lists it as a member with partitions of its own (or as a member at all: an assignor
-    may leave a member beyond the partitions' share idle)."""
-    port_field = f"{worker}_metrics_port"
+    """Start `epistream worker ingest` beside the supervised one, in the same group, serving /metrics at
+    the supervised worker's port + EXTRA_METRICS_OFFSET; return once Kafka lists it as a member with
+    partitions of its own."""
     env = {**os.environ, "EPISTREAM_HOME": str(settings.state_dir),
-           f"EPISTREAM_{port_field.upper()}": str(getattr(settings, port_field) + metrics_offset)}
-    log_file = settings.state_dir / "logs" / f"worker-{worker}-extra-{metrics_offset}.log"
+           "EPISTREAM_INGEST_METRICS_PORT": str(settings.ingest_metrics_port + EXTRA_METRICS_OFFSET)}
+    log_file = settings.state_dir / "logs" / "worker-ingest-extra.log"
     with open(log_file, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-P", "-m", "epistream.shell.cli", "worker", worker], env=env,
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "epistream.shell.cli", "worker", "ingest"], env=env,
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0)
     extra = ExtraWorker(proc)
-    log.note(f"another {worker} worker started (pid {proc.pid}, log {log_file.name})")
-    client_id = worker_client_id(worker, pid=proc.pid)
-    group = worker_group(settings, worker)
+    log.note(f"another ingest worker started (pid {proc.pid}, log {log_file.name})")
+    client_id = worker_client_id("ingest", pid=proc.pid)
+    group = worker_group(settings, "ingest")
 
     def assigned() -> int:
         """Its partitions; -1 while it is no member of a stable group."""
         if not pid_alive(proc.pid):
-            raise ServiceError(f"the extra {worker} worker exited (see {log_file})")
+            raise ServiceError(f"the extra ingest worker exited (see {log_file})")
         state, members = asyncio.run(group_members(settings, group))
         held = next((m.partitions for m in members if m.client_id == client_id), -1)
         return held if state == "Stable" else -1
 
     try:
-        poll(assigned, lambda n: n > 0 or (n == 0 and not need_partitions),
-             what=f"the extra {worker} worker to join" + (" and get partitions" if need_partitions else ""),
+        poll(assigned, lambda n: n > 0, what="the extra ingest worker to join and get partitions",
              timeout_s=join_timeout_s, interval_s=1.0)
     except BaseException:
         extra.stop()
         raise
-    log.note(f"the extra {worker} worker (pid {proc.pid}) is in the group")
+    log.note(f"the extra ingest worker (pid {proc.pid}) is in the group")
     return extra
