@@ -22,16 +22,14 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from epistream.claims import ClaimCheck, header_pairs
 from epistream.contracts import Answer, MemoryContext, Mode, Question, decode
+from epistream.dead_letters import DEFAULT_MAX_REQUEST_SIZE, dead_letter, record_size
 from epistream.errors import PermanentError, is_transient
 from epistream.kafka_io import (
-    DEFAULT_MAX_REQUEST_SIZE,
     Outgoing,
     PartitionProducers,
     TopicDirectory,
     create_consumer,
-    dead_letter,
     publish_transaction,
-    record_size,
     report_lag,
     worker_client_id,
 )

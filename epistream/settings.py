@@ -65,7 +65,7 @@ class KafkaSettings(BaseSettings):
     kafka_version: str = Field("4.4.0", description="Embedded Kafka release (Maven Central): 4.x (default) or 3.9.x.")
     kafka_heap: str = Field("768m", description="Embedded broker's Java heap.")
     # The Kafka clients' own default, and 6 s above the broker's floor (group.min.session.timeout.ms): a
-    # killed worker's partitions moved after 61 s under Faust's default of 60 (bench.scale.workers).
+    # killed worker's partitions moved after 61 s under Faust's default of 60 (docs/experiments.md).
     kafka_session_timeout_s: float = Field(
         10.0, ge=6.0, le=300.0,
         description="How long a silent worker keeps its partitions in its consumer group (heartbeats every third of it).",
@@ -191,7 +191,7 @@ class ModelSettings(BaseSettings):
         None, description="tokenizer.json. Unset: the one shipped in epistream/data."
     )
     # 16, not 64: a worker length-sorts only its Kafka batch, and an ONNX batch pads to its longest text;
-    # ingest 88 -> 133 turns/s on 2 cores (python -m bench.ingest_chunks --embedding-batches 64,32,16).
+    # ingest 88 -> 133 turns/s on 2 cores (docs/experiments.md: the retired bench.ingest_chunks).
     embedding_batch: int = Field(16, ge=1, description="Sentences per ONNX batch.")
     embedding_max_tokens: int = Field(256, description="Word pieces kept per sentence.")
 
@@ -308,7 +308,7 @@ class WorkerSettings(BaseSettings):
     indexer_group: str = Field("epistream-indexer", description="Faust app id (consumer group) of the indexer.")
     ingest_batch: int = Field(128, description="Turns the ingest agent takes at once.")
     ingest_batch_within_s: float = Field(0.2, description="Longest wait to fill a batch.")
-    # 128, the batch: on 2 cores smaller chunks measured slower (bench.ingest_chunks), since each chunk is
+    # 128, the batch: on 2 cores smaller chunks measured slower (docs/experiments.md), since each chunk is
     # length-sorted on its own and its ONNX batches pad to their longest text.
     ingest_chunk: int = Field(
         128, ge=1, le=100_000,

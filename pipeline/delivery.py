@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from epistream.kafka_io import DEFAULT_MAX_REQUEST_SIZE, DeadLetterSend, dead_letter
+from epistream.dead_letters import DEFAULT_MAX_REQUEST_SIZE, DeadLetterSend, dead_letter
 from epistream.metrics import Metrics
 from epistream.retry import BLOCKING, Backoff, retry
 

@@ -14,8 +14,9 @@ import faust
 from mode import Service
 
 from epistream.contracts import Segment, decode
+from epistream.dead_letters import dead_letter
 from epistream.errors import ContractError
-from epistream.kafka_io import dead_letter, faust_broker_options, faust_datadir, report_lag, worker_client_id
+from epistream.kafka_io import faust_broker_options, faust_datadir, report_lag, worker_client_id
 from epistream.metrics import Metrics
 from epistream.resources import Resources
 from epistream.retry import Backoff

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from epistream.contracts import Answer, DeadLetter, Mode, Question, RoleTokens, Turn
-from epistream.kafka_io import build_dead_letter as dead_letter
+from epistream.dead_letters import build_dead_letter as dead_letter
 
 TURN = {
     "tenant": "t1", "conversation_id": "c1", "turn_id": "D1:1", "speaker": "Caroline",

@@ -15,8 +15,8 @@ from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError, Node
 
 from epistream.consumers.prompts import AssistantReply
 from epistream.contracts import DeadLetter, Question, Segment, SegmentCloseRequest, Turn, decode
+from epistream.dead_letters import dead_letter
 from epistream.errors import ContractError, ModelOutputError, ModelUnavailable, is_transient
-from epistream.kafka_io import dead_letter
 from epistream.llm import ModelClient
 from epistream.metrics import Metrics
 from epistream.pipeline.records import RawRecord

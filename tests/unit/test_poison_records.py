@@ -9,8 +9,8 @@ import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from epistream.contracts import DeadLetter, SegmentCloseRequest, Turn, decode
+from epistream.dead_letters import DEFAULT_MAX_REQUEST_SIZE, build_dead_letter, letter_key
 from epistream.errors import ContractError
-from epistream.kafka_io import DEFAULT_MAX_REQUEST_SIZE, build_dead_letter, letter_key
 
 TURN = {
     "tenant": "t1", "conversation_id": "c1", "turn_id": "D1:1", "speaker": "Caroline",
