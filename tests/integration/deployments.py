@@ -10,7 +10,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -37,7 +37,6 @@ class Deployment:
     settings: Settings
     env: dict[str, str]
     name: str
-    processes: dict[str, ManagedProcess] = field(default_factory=dict)  # what a test started for it
 
     @property
     def admin_url(self) -> str:

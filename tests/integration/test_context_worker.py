@@ -20,7 +20,7 @@ from epistream.metrics import read_samples, sample_sum
 from epistream.prompts import estimate_tokens
 
 from .conftest import count_turns, read_topic, wait_for
-from .scripted_worker import PORT_OFFSET, scripted_worker
+from .scripted_worker import PORT_OFFSET, no_model_call, scripted_worker
 
 pytestmark = pytest.mark.integration
 
@@ -28,13 +28,9 @@ METRICS_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103"))
 ASKED = "2024-05-08T12:00:00+00:00"  # a Wednesday
 
 
-def _no_model_call(body: dict) -> tuple[int, str]:
-    return 500, "a context read must not call the model"
-
-
 @pytest.fixture(scope="module")
 def workers(kafka):
-    with scripted_worker(kafka, _no_model_call, metrics_port=METRICS_PORT, name="context",
+    with scripted_worker(kafka, no_model_call, metrics_port=METRICS_PORT, name="context",
                          workers=("ingest", "answer")) as running:
         yield running
 

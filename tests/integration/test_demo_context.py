@@ -13,9 +13,8 @@ from epistream.client import context, produce_raw
 from epistream.settings import Settings
 from epistream.shell.demo import DEMO_BUDGET_TOKENS, asked_at_for, sample_questions, sample_turns
 
-from .conftest import wait_for
-from .deployments import deployments
-from .scripted_worker import PORT_OFFSET
+from .conftest import count_turns, wait_for
+from .scripted_worker import no_model_call, scripted_worker
 
 pytestmark = pytest.mark.integration
 
@@ -34,17 +33,13 @@ def _cases() -> list:
 @pytest.fixture(scope="module")
 def demo_memory(kafka: Settings):
     """The sample conversation produced as the demo produces it, stored by the ingest worker."""
-    with deployments(kafka, 1, name="demo", llm_max_retries=1) as (dep,):
-        workers = [dep.run(w, METRICS_PORT + PORT_OFFSET[w]) for w in ("ingest", "answer")]
-        try:
-            turns = sample_turns()
-            asyncio.run(produce_raw(dep.settings, [(t.conversation_id.encode(), t.to_bytes()) for t in turns]))
-            wait_for(lambda: dep.turns(turns[0].tenant, turns[0].conversation_id) == len(turns), timeout=120,
-                     what="the sample conversation stored")
-            yield dep.settings, turns
-        finally:
-            for worker in workers:
-                worker.stop()
+    with scripted_worker(kafka, no_model_call, metrics_port=METRICS_PORT, name="demo",
+                         workers=("ingest", "answer")) as running:
+        turns = sample_turns()
+        asyncio.run(produce_raw(running.settings, [(t.conversation_id.encode(), t.to_bytes()) for t in turns]))
+        wait_for(lambda: count_turns(running.db_url, turns[0].tenant, turns[0].conversation_id) == len(turns),
+                 timeout=120, what="the sample conversation stored")
+        yield running.settings, turns
 
 
 @pytest.mark.parametrize("item", _cases())

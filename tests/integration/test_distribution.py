@@ -18,8 +18,7 @@ import pytest
 from epistream.settings import Settings
 
 from .conftest import count_turns, wait_for
-from .deployments import deployments
-from .scripted_worker import PORT_OFFSET
+from .scripted_worker import no_model_call, scripted_worker
 
 pytestmark = pytest.mark.integration
 
@@ -53,16 +52,12 @@ def shadowing_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def deployment(kafka: Settings, shadowing_dir: Path):
+def workers(kafka: Settings, shadowing_dir: Path):
     """The ingest and answer workers of a deployment of their own, started from `shadowing_dir` with
-    the argv the embedded stack uses (no model: a context read calls none)."""
-    with deployments(kafka, 1, name="dist", llm_max_retries=1) as (dep,):
-        dep.processes = {w: dep.run(w, METRICS_PORT + PORT_OFFSET[w], cwd=shadowing_dir) for w in ("ingest", "answer")}
-        try:
-            yield dep
-        finally:
-            for process in dep.processes.values():
-                process.stop()
+    the argv the embedded stack uses."""
+    with scripted_worker(kafka, no_model_call, metrics_port=METRICS_PORT, name="dist", workers=("ingest", "answer"),
+                         cwd=shadowing_dir) as running:
+        yield running
 
 
 def test_the_wheel_has_one_top_level_package_and_its_data(wheel: Path) -> None:
@@ -79,16 +74,16 @@ def test_the_wheel_has_one_top_level_package_and_its_data(wheel: Path) -> None:
         assert any(n.startswith(data) for n in names), data
 
 
-def test_workers_started_in_a_directory_with_packages_of_our_names_import_only_epistream(
-        deployment, shadowing_dir: Path) -> None:
+def test_workers_started_in_a_directory_with_packages_of_our_names_import_only_epistream(workers) -> None:
     # Each worker answered its /metrics (deployment.run waits for it): it got through its imports.
-    for process in deployment.processes.values():
+    for process in workers.processes.values():
         assert process.pid() is not None
         assert "the working directory" not in process.log_file.read_text()
 
 
 def test_the_client_install_produces_and_reads_context_through_the_stack(
-        deployment, wheel: Path, shadowing_dir: Path, tmp_path: Path) -> None:
+        workers, wheel: Path, shadowing_dir: Path, tmp_path: Path) -> None:
+    deployment = workers.deployment
     venv = tmp_path / "client-venv"
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
