@@ -6,13 +6,13 @@ Kafka, has seen none); `apply` does the same for one record as it arrives."""
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 
 from psycopg_pool import AsyncConnectionPool
 
+from epistream.client import forget as record_forgetting
 from epistream.contracts import ForgetRecord
 from epistream.db import tenant_scope
-from epistream.erasure import publish_forgotten, read_forgotten
+from epistream.erasure import read_forgotten
 from epistream.metrics import Metrics
 from epistream.retry import BLOCKING, retry
 from epistream.settings import Settings
@@ -29,8 +29,7 @@ async def forget_everywhere(settings: Settings, pool: AsyncConnectionPool, tenan
                             conversation_id: str | None = None) -> Forgotten:
     """Kafka first: if the erasure cannot be recorded there, nothing is deleted and the caller hears why.
     Deleting first would let a rebuild bring back what PostgreSQL no longer has."""
-    record = ForgetRecord(tenant=tenant, conversation_id=conversation_id, forgotten_at=datetime.now(UTC))
-    await publish_forgotten(settings, record)
+    await record_forgetting(settings, tenant=tenant, conversation_id=conversation_id)
     async with pool.connection() as conn:
         return await forget(conn, tenant, conversation_id)
 
