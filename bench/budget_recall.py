@@ -115,18 +115,19 @@ async def score(systems: list[System], queries: list[Query], budgets: tuple[int,
 
 
 async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
-    from epistream.embeddings import Embedder, default_model_path
+    from epistream.embeddings import Embedder
 
     samples = split_samples(load_locomo(args.path, tenant=TENANT), args.split)
     embedder = Embedder.from_settings(settings)
-    model = settings.embedding_model_path or default_model_path()
-    embed = DiskCachedEmbed(embedder.embed, settings.state_dir / "cache",
-                            f"{model}:{model.stat().st_size}:{settings.embedding_max_tokens}")
+    model_key = f"{embedder.name}:{settings.embedding_model_path}:{settings.embedding_max_tokens}"
+    embed = DiskCachedEmbed(embedder.embed, settings.state_dir / "cache", model_key)
+    embed_questions = DiskCachedEmbed(lambda texts: embedder.embed(texts, kind="query"), settings.state_dir / "cache",
+                                      f"{model_key}:query")
     timings: dict[str, float] = {}
     started = time.perf_counter()
     conversations = build_conversations({s.conversation_id: s.turns for s in samples}, embed)
     questions = [qa.question for _, _, qa in questions_with_evidence(samples)]
-    queries = queries_of(samples, embed(questions))
+    queries = queries_of(samples, embed_questions(questions))
     timings["embed_s"] = round(time.perf_counter() - started, 1)
     print(f"{len(queries)} questions with evidence over {sum(len(s.turns) for s in samples)} turns of "
           f"{len(samples)} conversations ({timings['embed_s']}s to embed)", flush=True)

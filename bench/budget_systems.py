@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 from psycopg import sql
@@ -436,13 +436,17 @@ class MemoEmbedder:
 
     def __init__(self, embedder: Embedder) -> None:
         self._embedder = embedder
-        self._known: dict[str, np.ndarray] = {}
+        self._known: dict[tuple[str, str], np.ndarray] = {}
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        missing = [t for t in dict.fromkeys(texts) if t not in self._known]
+    def embed(self, texts: Sequence[str], *, kind: Literal["passage", "query"] = "passage") -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if (kind, t) not in self._known]
         if missing:
-            self._known.update(zip(missing, self._embedder.embed(missing), strict=True))
-        return np.stack([self._known[t] for t in texts])
+            vectors = self._embedder.embed(missing, kind=kind)
+            self._known.update(zip([(kind, t) for t in missing], vectors, strict=True))
+        return np.stack([self._known[(kind, t)] for t in texts])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text], kind="query")[0]
 
 
 @dataclass(frozen=True)

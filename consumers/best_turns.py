@@ -44,7 +44,7 @@ async def best_turns(conn: AsyncConnection, embedder: Embedder, *, tenant: str, 
         speakers = await named_speakers(conn, tenant=tenant, question=question, conversation_ids=conversation_ids)
     # The name is in every one of the speaker's turns: searched for, it only adds noise (the bonus stands for it).
     search_text = without_names(question, speakers)
-    vector = (await asyncio.to_thread(embedder.embed, [search_text]))[0]
+    vector = await asyncio.to_thread(embedder.embed_query, search_text)
     turns = await search_turns(conn, tenant=tenant, query=search_text, vector=vector,
                                conversation_ids=conversation_ids, recipe=recipe, start=start, end=end,
                                speakers=speakers)

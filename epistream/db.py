@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import re
@@ -121,7 +122,7 @@ async def _refuse_privileged(conn: psycopg.AsyncConnection) -> None:
         )
 
 
-async def _configure(conn: psycopg.AsyncConnection) -> None:
+async def _configure(conn: psycopg.AsyncConnection, *, embedder: str, similar_cutoff: float) -> None:
     # Every pooled connection is a worker's: refused if it could see past row-level security.
     # AGE is loaded by the login role itself (session_preload_libraries, sql/017); pgvector types are
     # registered so embeddings travel as vectors, not strings.
@@ -132,6 +133,11 @@ async def _configure(conn: psycopg.AsyncConnection) -> None:
     # every parameter: our optional filters (`$x IS NULL OR ...`) need the plan of their values.
     # At 4,400 turns in one conversation a generic plan made the context read 5-10x slower.
     await conn.execute("SET plan_cache_mode = force_custom_plan")
+    # The embedding model whose vectors this connection writes and compares (sql/018), and the cosine its
+    # gists count as similar at: one place, so no read compares two models' vectors, every write records
+    # its model, and the tools' similar gists match the pipeline's SIMILAR edges under any model.
+    await conn.execute("SELECT set_config('epistream.embedder', %s, false), set_config('epistream.similar_cutoff', %s, false)",
+                       (embedder, str(similar_cutoff)))
     await register_vector_async(conn)
     await conn.commit()
 
@@ -151,7 +157,8 @@ def create_pool(settings: Settings, *, url: str | None = None) -> AsyncConnectio
         url or database_url(settings),
         min_size=settings.db_pool_min,
         max_size=settings.db_pool_max,
-        configure=_configure,
+        configure=functools.partial(_configure, embedder=settings.embedding_model,
+                                    similar_cutoff=settings.similar_cutoff),
         # Each connection is checked as it leaves the pool: after a PostgreSQL restart a dead one is
         # replaced there instead of failing the caller's first query.
         check=AsyncConnectionPool.check_connection,

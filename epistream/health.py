@@ -32,6 +32,7 @@ from aiokafka import TopicPartition
 from pydantic import BaseModel
 
 from .db import database_url
+from .embedder_cards import TURN_EMBEDDING_VERSION
 from .kafka_io import (
     create_admin,
     create_consumer,
@@ -145,10 +146,15 @@ async def probe_postgres(settings: Settings) -> Probe:
             # the query proves the login, the schema and the policies, not the data.
             cur = await conn.execute("SELECT current_user, count(*) FROM memory.turns")
             row = await cur.fetchone()
+            # Across tenants, counts only: how far a switch of embedding model has come (sql/018).
+            cur = await conn.execute("SELECT coalesce(sum(rows), 0) FROM memory.vectors_to_reembed(%s, %s)",
+                                     (settings.embedding_model, TURN_EMBEDDING_VERSION))
+            stale = await cur.fetchone()
         finally:
             await conn.close()
-        assert row is not None
-        return Health.UP, f"queried memory.turns as {row[0]}"
+        assert row is not None and stale is not None
+        pending = f"; {stale[0]:,} stored vectors still to re-embed with {settings.embedding_model}" if stale[0] else ""
+        return Health.UP, f"queried memory.turns as {row[0]}{pending}"
 
     return await _timed("postgres", settings.health_timeout_s, work)
 
@@ -202,7 +208,7 @@ async def probe_embedder(settings: Settings) -> Probe:
         norm = math.sqrt(float((vector * vector).sum()))
         if not math.isfinite(norm) or norm == 0.0:
             return Health.DOWN, f"degenerate embedding (norm {norm})"
-        return Health.UP, f"one sentence embedded ({vector.shape[0]} dimensions)"
+        return Health.UP, f"one sentence embedded by {settings.embedding_model} ({vector.shape[0]} dimensions)"
 
     # Loading the model takes a few seconds on a busy machine: a longer budget than the others.
     return await _timed("embedder", settings.health_timeout_s * 3, lambda: asyncio.to_thread(embed))

@@ -42,6 +42,8 @@ class Metrics:
     consumer_lag: Gauge
     router_candidates: Histogram
     task_failures: Counter
+    reembed_pending: Gauge
+    reembedded: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -163,6 +165,16 @@ class Metrics:
                 "Segments or reading windows deep mode's assistants read for one question.",
                 buckets=(0, 1, 2, 3, 5, 8, 10, 15, 20),
                 registry=reg,
+            ),
+            reembed_pending=Gauge(
+                "epistream_reembed_pending_rows",
+                "Stored vectors another embedding model (or an older turn text) made, still to re-embed, by kind.",
+                ["kind"], registry=reg,
+            ),
+            reembedded=Counter(
+                "epistream_reembedded_rows_total",
+                "Stored vectors re-embedded with the configured embedding model, by kind.",
+                ["kind"], registry=reg,
             ),
             task_failures=Counter(
                 "epistream_task_failures_total",

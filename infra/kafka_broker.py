@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epistream.errors import ServiceError
+from epistream.maven import require_maven, run_maven, tail
 from epistream.settings import Settings
 from epistream.tls import BrokerCertificates, covers, embedded_tls_dir, issue_broker_certificates, write_private
 
@@ -84,21 +85,6 @@ def _split_host_port(bootstrap: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-def _tail(text: str, lines: int = 30) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def _maven_errors(output: str) -> str:
-    """The [ERROR] lines that say what failed, without Maven's advice that follows them."""
-    lines = []
-    for line in re.sub(r"\x1b\[[0-9;]*m", "", output).splitlines():
-        if "re-run Maven" in line or "To see the full stack trace" in line:
-            break
-        if line.strip() not in ("", "[ERROR]"):
-            lines.append(line)
-    return "\n".join(lines[-30:]) or _tail(output)
-
-
 def kafka_jars(settings: Settings) -> Path:
     """Resolve the broker's jars from Maven Central once, into the cache."""
     version = settings.kafka_version
@@ -107,29 +93,18 @@ def kafka_jars(settings: Settings) -> Path:
     marker = target / ".complete"
     if marker.exists():
         return target
-    if shutil.which("mvn") is None or shutil.which("java") is None:
-        raise ServiceError("Kafka needs `java` and `mvn` on PATH (Debian: default-jdk-headless maven)")
+    require_maven("Kafka")
     # A run that stopped half way leaves jars but no marker: start it over.
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     log.info("resolving Kafka %s jars from Maven Central", version)
-    result = subprocess.run(
-        [
-            "mvn", "-q", "-B", "-f", str(POM),
-            "dependency:copy-dependencies", "-DincludeScope=runtime",
-            f"-DoutputDirectory={target}", f"-Dkafka.version={version}", f"-Dkafka.line={line}",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
+    try:
+        run_maven(["-f", str(POM), "dependency:copy-dependencies", "-DincludeScope=runtime",
+                   f"-DoutputDirectory={target}", f"-Dkafka.version={version}", f"-Dkafka.line={line}"],
+                  what=f"Kafka {version}")
+    except ServiceError:
         shutil.rmtree(target, ignore_errors=True)
-        raise ServiceError(
-            f"mvn could not resolve Kafka {version} from Maven Central (exit {result.returncode}):\n"
-            + _maven_errors(result.stdout)
-        )
+        raise
     if not any(target.glob("kafka_2.13-*.jar")):
         raise ServiceError(f"mvn resolved no kafka_2.13 jar for Kafka {version} into {target}")
     marker.touch()
@@ -336,7 +311,7 @@ def prepare_broker(settings: Settings) -> BrokerLaunch:
             check=False,
         )
         if result.returncode != 0:
-            raise ServiceError(f"formatting Kafka {version} storage in {data_dir} failed:\n" + _tail(result.stdout))
+            raise ServiceError(f"formatting Kafka {version} storage in {data_dir} failed:\n" + tail(result.stdout))
         (kafka_dir / FORMATTED_BY).write_text(version + "\n")
         (kafka_dir / FORMATTED_LOGIN).write_text((settings.kafka_username or "") if _sasl(settings) else "")
 

@@ -148,7 +148,9 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         # an exception in a Faust timer stops the worker.
         await housekeeping.guarded("housekeeping", housekeeping_round, metrics)
         embedder = resources.embedder
-        await housekeeping.guarded("reembed", lambda: reembed_round(resources.pool, embedder), metrics)
+        await housekeeping.guarded("reembed", lambda: reembed_round(
+            resources.pool, embedder, limit=settings.reembed_batch, budget_s=settings.reembed_budget_s,
+            metrics=metrics), metrics)
         await report_lag(settings, metrics, settings.indexer_group, [settings.topic_turns])
 
 

@@ -27,10 +27,10 @@ from epistream.embeddings import (
     DIMENSIONS,
     TURN_EMBEDDING_VERSION,
     Embedder,
-    default_model_path,
-    default_tokenizer_path,
     turn_embedding_text,
 )
+from epistream.model_files import embedder_files
+from epistream.settings import load_settings
 
 from ..workload_scale import PRESETS, WorkloadSpec, turns
 
@@ -48,7 +48,7 @@ def embedded_texts(chunk: list[Turn]) -> list[str]:
 
 
 def manifest(spec: WorkloadSpec, chunk: int) -> dict:
-    model = default_model_path()
+    model = embedder_files(load_settings()).model
     first = embedded_texts(list(itertools.islice(turns(spec), FINGERPRINT_TURNS)))
     return {"spec": asdict(spec), "texts_sha256": hashlib.sha256("\n".join(first).encode()).hexdigest(),
             "model": model.name, "model_bytes": model.stat().st_size, "embedded_as": TURN_EMBEDDING_VERSION,
@@ -125,7 +125,7 @@ def main() -> None:
     args = parser.parse_args()
     spec = PRESETS[args.size]
     store = VectorStore(args.vectors / args.size, spec)
-    embedder = Embedder(model_path=default_model_path(), tokenizer_path=default_tokenizer_path(), batch_size=64)
+    embedder = Embedder.from_settings(load_settings().with_overrides(embedding_batch=64))
     embed_missing(store, embedder, args.upto or spec.turns)
 
 

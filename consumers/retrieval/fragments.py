@@ -132,12 +132,14 @@ def matches(tsv: sql.Composable, query: sql.Composable) -> sql.Composed:
 def nearest(table: str, alias: str, selected: sql.Composable, where: sql.Composable, *,
             limit: str = "limit", embedding: str = "embedding") -> sql.Composed:
     """The rows of ``memory.<table>`` passing ``where`` nearest ``%(vector)s`` (HNSW, cosine),
-    with their ``distance``, in the index's order."""
+    with their ``distance``, in the index's order. Only vectors of the connection's embedding model
+    (sql/018): during a switch of models, rows not yet re-embedded are found lexically only."""
     column = sql.Identifier(alias, embedding)
-    return sql.SQL("SELECT {selected}, {column} <=> %(vector)s AS distance FROM {table} {alias} WHERE {where}"
+    return sql.SQL("SELECT {selected}, {column} <=> %(vector)s AS distance FROM {table} {alias}"
+                   " WHERE {where} AND {model} = current_setting('epistream.embedder')"
                    " ORDER BY {column} <=> %(vector)s LIMIT {limit}").format(
         selected=selected, column=column, table=sql.Identifier("memory", table), alias=sql.Identifier(alias),
-        where=where, limit=sql.Placeholder(limit))
+        where=where, model=sql.Identifier(alias, "embedded_by"), limit=sql.Placeholder(limit))
 
 
 def nearest_in_order(table: str, alias: str, fields: tuple[str, ...], where: sql.Composable, *,

@@ -28,7 +28,6 @@ from .limits import (
     MAX_TEXT_CHARS,
     MAX_WINDOW,
     SIMILAR_LIMIT,
-    SIMILAR_MIN_COSINE,
     Aggregate,
     Operator,
     Order,
@@ -65,7 +64,7 @@ from .shaping import Cut, bounded_json, fit, plain
 
 __all__ = [
     "ENTITY_MATCH_LIMIT", "MAX_LIMIT", "MAX_OFFSET", "MAX_RAW_TEXT_CHARS", "MAX_RESULT_CHARS", "MAX_TEXT_CHARS",
-    "MAX_WINDOW", "RUNNERS", "SIMILAR_LIMIT", "SIMILAR_MIN_COSINE", "SPECS_BY_NAME", "TOOL_SPECS",
+    "MAX_WINDOW", "RUNNERS", "SIMILAR_LIMIT", "SPECS_BY_NAME", "TOOL_SPECS",
     "Aggregate", "AnswerResult", "AssistantReadResult", "CallScope", "Cited", "Cut", "Embeds", "EntityContexts",
     "EntityContextsResult", "EntityRef", "FactRow", "FindEntityContextsArgs", "FindGistContextsArgs",
     "GistContexts", "GistContextsResult", "GistHit", "LexicalRetrieveArgs", "NotFoundResult", "Operator", "Order",

@@ -48,7 +48,7 @@ from .shaping import fit
 
 
 class Embeds(Protocol):
-    def embed_one(self, text: str) -> np.ndarray: ...
+    def embed_query(self, text: str) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class CallScope:
 async def _semantic(scope: CallScope, args: SemanticRetrieveArgs) -> ToolResult:
     if scope.embedder is None:
         raise ValueError("semantic_retrieve needs an embedder")
-    vector = await asyncio.to_thread(scope.embedder.embed_one, args.query)
+    vector = await asyncio.to_thread(scope.embedder.embed_query, args.query)
     hits = await semantic_retrieve(scope.conn, tenant=scope.tenant, vector=vector,
                                    conversation_ids=scope.conversation_ids, target=args.target,
                                    start=scope.start, end=scope.end, limit=args.limit)

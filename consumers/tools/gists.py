@@ -1,6 +1,6 @@
 """``find_gist_contexts``: a gist's source turns, its neighbours in time, the
 entities it mentions and its near-paraphrases (the synonym edges of the hybrid
-graph, on the relational side: cosine > SIMILAR_MIN_COSINE)."""
+graph, on the relational side: cosine above the similar threshold of the embedding model, EPISTREAM_SIMILAR_THRESHOLD)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ from ..retrieval import (
     of_tenant,
     rows,
 )
-from .limits import SIMILAR_LIMIT, SIMILAR_MIN_COSINE
+from .limits import SIMILAR_LIMIT
 from .results import EntityRef, GistContexts, GistHit, TurnHit
 
 GIST_BY_ID = sql.SQL("""
-SELECT {gist_columns}, g.embedding
+SELECT {gist_columns},
+       -- Compared only with vectors of the same model (sql/018): none while the gist awaits re-embedding.
+       CASE WHEN g.embedded_by = current_setting('epistream.embedder') THEN g.embedding END AS embedding
 FROM memory.gists g
 WHERE {scope} AND g.gist_id = %(gist_id)s
 """).format(gist_columns=GIST_COLUMNS, scope=in_scope("g"))
@@ -52,7 +54,7 @@ ORDER BY e.name, e.entity_id
 SIMILAR_GISTS = nearest_in_order(
     "gists", "g", GIST_FIELDS,
     sql.SQL("{scope} AND g.gist_id <> %(gist_id)s").format(scope=in_scope("g")),
-    tiebreak=("gist_id",), keep=sql.SQL("n.distance < %(max_distance)s"))
+    tiebreak=("gist_id",), keep=sql.SQL("n.distance < 1 - current_setting('epistream.similar_cutoff')::float8"))
 
 
 async def find_gist_contexts(
@@ -79,9 +81,9 @@ async def find_gist_contexts(
     before = await rows(conn, GISTS_BEFORE, around) if window > 0 else []
     after = await rows(conn, GISTS_AFTER, around) if window > 0 else []
     entities = await rows(conn, GIST_ENTITIES, {"tenant": tenant, "gist_id": gist.gist_id})
-    similar = await rows(conn, SIMILAR_GISTS, {
+    similar = [] if row["embedding"] is None else await rows(conn, SIMILAR_GISTS, {
         "tenant": tenant, "gist_id": gist.gist_id, "vector": row["embedding"], "conversations": scope,
-        "limit": SIMILAR_LIMIT, "max_distance": 1 - SIMILAR_MIN_COSINE,
+        "limit": SIMILAR_LIMIT,
     })
     return GistContexts(
         gist=gist,

@@ -13,7 +13,6 @@ MAX_LIMIT = 50
 MAX_OFFSET = 1000
 MAX_WINDOW = 10
 SIMILAR_LIMIT = 5
-SIMILAR_MIN_COSINE = 0.8
 ENTITY_MATCH_LIMIT = 20
 MAX_TEXT_CHARS = 1500  # any one string in a tool result
 MAX_RAW_TEXT_CHARS = 12_000  # a segment's raw text

@@ -19,8 +19,9 @@ from epistream.contracts import Segment
 from . import graph
 
 RECORD = """
-INSERT INTO memory.entity_names (tenant, entity_id, segment_id, surface, normalized_name, embedding, seen_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s)
+INSERT INTO memory.entity_names (tenant, entity_id, segment_id, surface, normalized_name, embedding, seen_at,
+                                 embedded_by)
+VALUES (%s, %s, %s, %s, %s, %s, %s, current_setting('epistream.embedder'))
 ON CONFLICT (tenant, entity_id, segment_id, surface) DO NOTHING
 """
 FORGET_SEGMENT = "DELETE FROM memory.entity_names WHERE tenant = %s AND segment_id = %s"
@@ -31,7 +32,7 @@ NAMED_IN = "SELECT DISTINCT entity_id FROM memory.entity_names WHERE tenant = %s
 # a race of two first sightings makes.
 RENAME = """
 WITH first_name AS (
-    SELECT DISTINCT ON (n.entity_id) n.entity_id, n.surface, n.normalized_name, n.embedding
+    SELECT DISTINCT ON (n.entity_id) n.entity_id, n.surface, n.normalized_name, n.embedding, n.embedded_by
     FROM memory.entity_names n
     WHERE n.tenant = %(tenant)s AND n.entity_id = ANY(%(ids)s)
     ORDER BY n.entity_id, n.embedding IS NULL, n.seq
@@ -41,6 +42,7 @@ WITH first_name AS (
 )
 UPDATE memory.entities e
 SET name = f.surface, embedding = coalesce(f.embedding, e.embedding), first_seen = s.first_seen,
+    embedded_by = CASE WHEN f.embedding IS NULL THEN e.embedded_by ELSE f.embedded_by END,
     normalized_name = CASE WHEN f.normalized_name IS NULL OR EXISTS (
         SELECT 1 FROM memory.entities o WHERE o.tenant = e.tenant AND o.normalized_name = f.normalized_name
         AND o.entity_id <> e.entity_id) THEN e.normalized_name ELSE f.normalized_name END

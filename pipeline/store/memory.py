@@ -27,15 +27,15 @@ DELETE_GISTS = "DELETE FROM memory.gists WHERE tenant = %s AND segment_id = %s"
 ENTITY_BY_NAME = "SELECT entity_id FROM memory.entities WHERE tenant = %s AND normalized_name = %s"
 NEAREST_ENTITY = """
 SELECT entity_id, 1 - (embedding <=> %s) AS similarity FROM memory.entities
-WHERE tenant = %s ORDER BY embedding <=> %s LIMIT 1
+WHERE tenant = %s AND embedded_by = current_setting('epistream.embedder') ORDER BY embedding <=> %s LIMIT 1
 """
 ADD_ALIAS = """
 UPDATE memory.entities SET aliases = array_append(aliases, %s)
 WHERE tenant = %s AND entity_id = %s AND NOT (%s = ANY(aliases))
 """
 INSERT_ENTITY = """
-INSERT INTO memory.entities (tenant, entity_id, name, normalized_name, embedding, first_seen)
-VALUES (%s, %s, %s, %s, %s, %s)
+INSERT INTO memory.entities (tenant, entity_id, name, normalized_name, embedding, first_seen, embedded_by)
+VALUES (%s, %s, %s, %s, %s, %s, current_setting('epistream.embedder'))
 ON CONFLICT DO NOTHING
 """
 # After a forget re-derived an entity from a surviving name, its id (minted from the forgotten
@@ -46,12 +46,12 @@ ORDER BY normalized_name = %s DESC LIMIT 1
 """
 INSERT_GIST = """
 INSERT INTO memory.gists (tenant, gist_id, conversation_id, segment_id, ordinal, text, event_date, date_precision,
-                          turn_ids, said_at, embedding)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                          turn_ids, said_at, embedding, embedded_by)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, current_setting('epistream.embedder'))
 """
 SIMILAR_GISTS = """
 SELECT gist_id, 1 - (embedding <=> %s) AS similarity FROM memory.gists
-WHERE tenant = %s AND gist_id <> %s
+WHERE tenant = %s AND gist_id <> %s AND embedded_by = current_setting('epistream.embedder')
 ORDER BY embedding <=> %s LIMIT %s
 """
 INSERT_MENTION = "INSERT INTO memory.gist_mentions (tenant, gist_id, entity_id) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
@@ -61,7 +61,8 @@ INSERT INTO memory.facts (tenant, fact_id, conversation_id, segment_id, ordinal,
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 """
 MARK_ENRICHED = """
-UPDATE memory.segments SET summary = %s, summary_embedding = %s, status = 'enriched', enriched_at = now(),
+UPDATE memory.segments SET summary = %s, summary_embedding = %s, embedded_by = current_setting('epistream.embedder'), status = 'enriched',
+       enriched_at = now(),
        attempts = attempts + 1, error = NULL, prompt_version = %s
 WHERE tenant = %s AND segment_id = %s
 """
@@ -168,7 +169,7 @@ async def store_enrichment(
         # same order and cannot deadlock.
         ids = {
             name: await _entity(conn, segment, name, enrichment.entities[name], entity_vectors[name],
-                                settings.entity_merge_threshold)
+                                settings.entity_merge_cutoff)
             for name in sorted(enrichment.entities)
         }
         for gist, vector in zip(enrichment.gists, gist_vectors, strict=True):
@@ -190,7 +191,7 @@ async def store_enrichment(
             # Neighbours through the HNSW index: gists stored before this one, never all pairs.
             cur = await conn.execute(SIMILAR_GISTS, (vector, tenant, gist.gist_id, vector, SIMILAR_CANDIDATES))
             for other_id, similarity in await cur.fetchall():
-                if similarity <= settings.similar_threshold:
+                if similarity <= settings.similar_cutoff:
                     break
                 await graph.run(conn, graph.CREATE_SIMILAR, {
                     "tenant": tenant, "gist_id": gist.gist_id, "other_id": other_id,

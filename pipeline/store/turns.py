@@ -20,12 +20,13 @@ from ..records import RawRecord
 UPSERT_TURN = """
 INSERT INTO memory.turns AS t (
     tenant, conversation_id, turn_id, speaker, text, ts, tz_offset_s, session_id, metadata,
-    embedding, embedded_as, kafka_partition, kafka_offset, produced_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+    embedding, embedded_as, kafka_partition, kafka_offset, produced_at, embedded_by)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, current_setting('epistream.embedder'))
 ON CONFLICT (tenant, conversation_id, turn_id) DO UPDATE SET
     speaker = EXCLUDED.speaker, text = EXCLUDED.text, ts = EXCLUDED.ts, tz_offset_s = EXCLUDED.tz_offset_s,
     session_id = EXCLUDED.session_id, metadata = EXCLUDED.metadata,
-    embedding = EXCLUDED.embedding, embedded_as = EXCLUDED.embedded_as, kafka_partition = EXCLUDED.kafka_partition,
+    embedding = EXCLUDED.embedding, embedded_as = EXCLUDED.embedded_as, embedded_by = EXCLUDED.embedded_by,
+    kafka_partition = EXCLUDED.kafka_partition,
     kafka_offset = EXCLUDED.kafka_offset, produced_at = EXCLUDED.produced_at,
     stored_at = now(), revision = t.revision + 1
 WHERE (t.speaker, t.text, t.ts, t.tz_offset_s, t.session_id, t.metadata)
@@ -68,33 +69,3 @@ async def upsert_turns(
             if not cur.nextset():
                 break
     return outcomes
-
-
-STALE_EMBEDDINGS = "SELECT tenant, conversation_id, turn_id FROM memory.turns_embedded_before(%s, %s)"
-# SKIP LOCKED: a turn an ingest batch is writing is left to that batch (it embeds the new way anyway).
-LOCK_STALE = """
-SELECT turn_id, speaker, text, ts, tz_offset_s FROM memory.turns
-WHERE tenant = %s AND conversation_id = %s AND turn_id = ANY(%s) AND embedded_as < %s
-FOR UPDATE SKIP LOCKED
-"""
-SET_EMBEDDING = """
-UPDATE memory.turns SET embedding = %s, embedded_as = %s WHERE tenant = %s AND conversation_id = %s AND turn_id = %s
-"""
-
-
-async def stale_embeddings(conn: AsyncConnection, limit: int) -> list[tuple[str, str, str]]:
-    """(tenant, conversation_id, turn_id) of turns embedded from an older text, across tenants."""
-    cur = await conn.execute(STALE_EMBEDDINGS, (TURN_EMBEDDING_VERSION, limit))
-    return [tuple(r) for r in await cur.fetchall()]
-
-
-async def lock_stale(conn: AsyncConnection, tenant: str, conversation_id: str,
-                     turn_ids: Sequence[str]) -> list[tuple[str, str, str, datetime]]:
-    """Those of the turns still embedded the old way, locked: (turn_id, speaker, text, local ts)."""
-    cur = await conn.execute(LOCK_STALE, (tenant, conversation_id, list(turn_ids), TURN_EMBEDDING_VERSION))
-    return [(r[0], r[1], r[2], local_time(r[3], r[4])) for r in await cur.fetchall()]
-
-
-async def set_embedding(conn: AsyncConnection, tenant: str, conversation_id: str, turn_id: str,
-                        vector: np.ndarray) -> None:
-    await conn.execute(SET_EMBEDDING, (vector, TURN_EMBEDDING_VERSION, tenant, conversation_id, turn_id))

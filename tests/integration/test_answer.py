@@ -52,7 +52,7 @@ def test_retrieval_is_confined_to_the_asked_conversations_and_tenant(stack, two_
         await pool.open(wait=True)
         try:
             async with pool.connection() as conn, tenant_scope(conn, tenant):
-                return await search_turns(conn, tenant=tenant, query=query, vector=embedder.embed_one(query),
+                return await search_turns(conn, tenant=tenant, query=query, vector=embedder.embed_query(query),
                                           conversation_ids=conversations, recipe=replace(FUSED_TURNS, top_k=10))
         finally:
             await pool.close()

@@ -43,7 +43,7 @@ def test_turn_is_stored_and_found_lexically_and_densely(stack, db_url, unique):
         try:
             async with pool.connection() as conn, tenant_scope(conn, tenant):
                 return await search_turns(
-                    conn, tenant=tenant, query=query, vector=embedder.embed_one(query),
+                    conn, tenant=tenant, query=query, vector=embedder.embed_query(query),
                     conversation_ids=[conversation], recipe=replace(FUSED_TURNS, top_k=3, pathways=pathways),
                 )
         finally:

@@ -37,7 +37,7 @@ async def test_a_word_stemmed_once_finds_its_turn(postgres, pool, unique, questi
     async def lexical() -> list[str]:
         recipe = replace(FUSED_TURNS, pathways=("lexical",))
         async with pool.connection() as conn, tenant_scope(conn, tenant):
-            found = await search_turns(conn, tenant=tenant, query=question, vector=embedder.embed_one(question),
+            found = await search_turns(conn, tenant=tenant, query=question, vector=embedder.embed_query(question),
                                        conversation_ids=[conversation], recipe=recipe)
         return [t.turn_id for t in found]
 
@@ -57,7 +57,7 @@ async def test_bm25_ranks_the_turn_with_the_rare_word_above_one_repeating_common
     async def best() -> str:
         recipe = replace(FUSED_TURNS, pathways=("lexical",))
         async with pool.connection() as conn, tenant_scope(conn, tenant):
-            found = await search_turns(conn, tenant=tenant, query=question, vector=embedder.embed_one(question),
+            found = await search_turns(conn, tenant=tenant, query=question, vector=embedder.embed_query(question),
                                        conversation_ids=[conversation], recipe=recipe)
         return found[0].text
 
@@ -80,7 +80,7 @@ async def test_only_the_rarest_words_find_turns_under_the_match_cap_and_common_w
     async def found(match_cap: int) -> list[str]:
         recipe = replace(FUSED_TURNS, pathways=("lexical",), match_cap=match_cap)
         async with pool.connection() as conn, tenant_scope(conn, tenant):
-            hits = await search_turns(conn, tenant=tenant, query=question, vector=embedder.embed_one(question),
+            hits = await search_turns(conn, tenant=tenant, query=question, vector=embedder.embed_query(question),
                                       conversation_ids=[conversation], recipe=recipe)
         return [t.text for t in hits]
 
@@ -100,7 +100,7 @@ async def test_a_common_word_alone_finds_no_more_turns_than_the_match_cap(postgr
     await ingest_batch(records, pool=pool, embedder=embedder, metrics=Metrics.create())
     recipe = replace(FUSED_TURNS, pathways=("lexical",), match_cap=3, top_k=20, pool=20)
     async with pool.connection() as conn, tenant_scope(conn, tenant):
-        hits = await search_turns(conn, tenant=tenant, query="walk", vector=embedder.embed_one("walk"),
+        hits = await search_turns(conn, tenant=tenant, query="walk", vector=embedder.embed_query("walk"),
                                   conversation_ids=[conversation], recipe=recipe)
     assert len(hits) == 3
 

@@ -85,7 +85,7 @@ def test_cross_tenant_functions_pin_their_search_path_and_run_as_a_role_that_rea
             "SELECT p.proname, p.proconfig, r.rolname, r.rolsuper FROM pg_proc p"
             " JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_roles r ON r.oid = p.proowner"
             " WHERE n.nspname = 'memory' AND p.prosecdef ORDER BY p.proname").fetchall()
-        assert [d[0] for d in definers] == ["idle_conversations", "turns_embedded_before", "unpublished_segments",
+        assert [d[0] for d in definers] == ["idle_conversations", "unpublished_segments", "vectors_to_reembed",
                                             "waiting_segments"]
         for name, config, owner, superuser in definers:
             assert config == ["search_path=pg_catalog, pg_temp"], name

@@ -309,7 +309,7 @@ async def test_lexical_retrieval_of_gists_and_turns_with_time_filters(memory):
 
 async def test_semantic_retrieval_of_gists_and_turns_with_time_filters(memory):
     query = "Which marathon did Alice run in Berlin?"
-    vector = memory.embedder.embed_one(query)
+    vector = memory.embedder.embed_query(query)
     gists = await run(memory, semantic_retrieve, vector=vector, target="gists", limit=3)
     assert gists[0].gist_id in {"seg1/g02", "seg2/g00"} and gists[0].score > 0.8
     assert [g.score for g in gists] == sorted((g.score for g in gists), reverse=True)
@@ -400,7 +400,7 @@ async def test_another_tenants_memory_never_appears(memory):
     berlin = await run(memory, lexical_retrieve, query="Berlin charity", target="gists")
     assert {g.gist_id for g in berlin} == {"seg1/g02", "seg2/g00"}
     assert all("charity" not in g.text for g in berlin)
-    vector = memory.embedder.embed_one("Alice ran the Berlin Marathon for charity.")
+    vector = memory.embedder.embed_query("Alice ran the Berlin Marathon for charity.")
     assert all("charity" not in g.text for g in await run(memory, semantic_retrieve, vector=vector, limit=50))
     assert "Madrid" not in (await run(memory, read_segment, segment_id="seg0")).raw_text
     # Naming the other tenant inside this tenant's scope shows nothing: the database enforces it.
