@@ -82,7 +82,7 @@ def tenant_turns(conn: psycopg.Connection, case: Case) -> int:
 
 def run(args: argparse.Namespace, settings: Settings, url: str) -> dict:
     spec = PRESETS["1m"]
-    store = VectorStore(args.vectors / "1m", spec)
+    store = VectorStore(args.vectors / settings.embedding_model / "1m", spec)
     sizes = sorted(int(s) for s in args.sizes.split(","))
     if not store.ready(sizes[-1]):
         missing = sum(not store.have(i) for i in range(-(-sizes[-1] // CHUNK)))
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace, settings: Settings, url: str) -> dict:
     points = []
     loaded = 0
     with psycopg.connect(url, autocommit=True) as conn:
-        prepare(conn)
+        prepare(conn, embedder.name)
         for size in sizes:
             step = list(itertools.islice(chunks, (size - loaded) // CHUNK))
             bulk = None

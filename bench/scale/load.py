@@ -77,8 +77,11 @@ def copy_rows(conn: psycopg.Connection, table: sql.Identifier, turns: Sequence[T
     return time.perf_counter() - started
 
 
-def prepare(conn: psycopg.Connection) -> None:
+def prepare(conn: psycopg.Connection, embedded_by: str) -> None:
+    """Vectors as vectors, the probe table, and the model the rows' vectors came from (memory.turns
+    records it from the connection, sql/018: dense reads compare only the configured model's)."""
     register_vector(conn)
+    conn.execute("SELECT set_config('epistream.embedder', %s, false)", (embedded_by,))
     conn.execute(PROBE_DDL)
 
 
