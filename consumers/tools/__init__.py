@@ -4,7 +4,7 @@ connection already inside ``tenant_scope``, one job per module:
 - ``retrieval``: ``semantic_retrieve`` / ``lexical_retrieve`` seed gists or turns,
   by meaning (pgvector HNSW) or by words (Postgres full-text), with time filters.
 - ``gists``: ``find_gist_contexts``, a gist's source turns, neighbours in time,
-  mentioned entities and near-paraphrases (cosine > 0.8).
+  mentioned entities and near-paraphrases (cosine above the model card's similar threshold).
 - ``facts``: ``find_entity_contexts``, temporal facts by subject / predicate /
   object and time range, ordered, paged and aggregated (count, first, last).
 - ``segments``: ``read_segment``, a segment's raw text, summary and turns.
