@@ -4,46 +4,64 @@ mode puts before its master.
 Candidates come from the fused turn search (dense + BM25, reciprocal-rank fused; the speakers the
 question names taken out of its text and their turns given a bonus: consumers/best_turns.py) with
 the turns beside its best hits, the gists nearest the question with the turns they were written
-from, and the facts about the entities it names, all within one time window: the
-asker's ``time_range`` met with the period the question names ("last week", "in May 2023",
-resolved against when it was asked). Facts are the current ones, and superseded ones too when
-the question asks about the past. consumers/packing.py ranks them in one list, deduplicates and
-packs them into the budget.
+from, and the facts about the entities it names, all within the asker's ``time_range`` (a hard
+filter). Facts are the current ones, and superseded ones too when the question asks about the past.
+
+The period the question names ("last week", "in May 2023", resolved against when it was asked:
+consumers/timefilter.py, understood once) filters nothing: the same searches run once more within
+it, and everything about it ranks first (``PERIOD_BOOST``): turns said in it or whose relative dates
+fall in it, gists whose event falls in it, facts that held then, the turns beside them or a gist
+was written from; for a question about a state ("where did Alice live in February 2024?")
+everything said before the period's end. consumers/packing.py ranks them in one list,
+deduplicates and packs them into the budget.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
-from typing import Protocol
+from typing import Any, Protocol
+
+from psycopg import AsyncConnection
 
 from epistream.contracts import (
     CONTEXT_BUDGET_DEFAULT,
     MemoryContext,
     Question,
-    ResolvedPeriod,
     TimeRange,
     check_budget,
 )
-from epistream.dates import relative_dates
+from epistream.dates import RELATIVE_PATTERN, ResolvedDate
 from epistream.db import tenant_scope
 from epistream.metrics import Metrics
 
-from .best_turns import SearchDeps, best_turns
+from .best_turns import FoundTurns, SearchDeps, best_turns
 from .packing import (
     Candidate,
     fact_candidate,
     gist_candidate,
     neighbour_candidate,
     pack,
-    period_of,
     rank,
     source_candidate,
     turn_candidate,
+    with_dates,
 )
-from .retrieval import Recipes, TurnRecipe, facts_named, nearest_gists, neighbour_turns, turns_at
-from .timefilter import Period, asks_about_past, find_period, last_day
+from .retrieval import (
+    NeighbourTurn,
+    Recipes,
+    RetrievedTurn,
+    TurnRecipe,
+    facts_named,
+    nearest_gists,
+    neighbour_turns,
+    search_turns,
+    turns_at,
+)
+from .retrieval.speakers import without_names
+from .timefilter import DateRange, QuestionTime, Window, understand
 
 #: A turn's line is rarely under this many tokens (date, speaker, a few words): the budget over it
 #: is how many turns the fused search is asked for, so a larger budget reads deeper.
@@ -89,45 +107,6 @@ class ContextDeps(SearchDeps, Protocol):
     def recipes(self) -> Recipes: ...
 
 
-@dataclass(frozen=True)
-class Window:
-    """Instants [start, end), either open; ``empty`` when the asked range and the question's period do not meet."""
-
-    start: datetime | None = None
-    end: datetime | None = None
-
-    @property
-    def empty(self) -> bool:
-        return self.start is not None and self.end is not None and self.start >= self.end
-
-    @property
-    def days(self) -> tuple[date | None, date | None]:
-        """The window as UTC calendar days [first, last] (for gists' and facts' dates)."""
-        return (None if self.start is None else self.start.astimezone(UTC).date(),
-                None if self.end is None else last_day(self.end))
-
-
-def window_of(time_range: TimeRange | None, period: Period | None) -> Window:
-    """The asked range met with the question's own period."""
-    ranges = [r for r in (time_range, None if period is None else period.range) if r is not None]
-    starts = [r.start for r in ranges if r.start is not None]
-    ends = [r.end for r in ranges if r.end is not None]
-    return Window(max(starts, default=None), min(ends, default=None))
-
-
-def question_periods(question: str, asked_at: datetime, period: Period | None) -> list[ResolvedPeriod]:
-    """The question's date expressions resolved against when it was asked; the one that
-    restricts the read (``period``) marked ``filters``."""
-    found = [period_of(expression, resolved) for expression, resolved in relative_dates(question, asked_at)]
-    periods = [p for p in found if p is not None]
-    if period is not None:
-        first, last = period.range.days
-        restricting = ResolvedPeriod(expression=period.expression, start=first, end=last, precision=period.precision,
-                                     filters=True)
-        periods = [p for p in periods if p.expression.lower() != period.expression.lower()] + [restricting]
-    return periods
-
-
 def candidate_counts(budget_tokens: int, recipe: TurnRecipe) -> tuple[TurnRecipe, int, int]:
     """The turn recipe deep enough for the budget, and how many gists and facts to read."""
     turns = min(MAX_TURN_CANDIDATES, max(recipe.top_k, -(-budget_tokens // TOKENS_PER_TURN_FLOOR)))
@@ -137,68 +116,185 @@ def candidate_counts(budget_tokens: int, recipe: TurnRecipe) -> tuple[TurnRecipe
             min(FACT_CANDIDATES[1], max(FACT_CANDIDATES[0], structured)))
 
 
+#: Added to the score of memory about the question's period: more than any fused score (two pathways at
+#: rank 1 and the speaker bonus stay under 0.1), so it all ranks first, each kind in its own order, and
+#: the rest after it, as the read ranked it before.
+PERIOD_BOOST = 1.0
+
+
+@dataclass(frozen=True)
+class Found:
+    """A candidate as its pathway scored it, and whether it is about the question's period."""
+
+    candidate: Candidate
+    about: bool
+
+    @property
+    def ranked(self) -> Candidate:
+        """The candidate as the read ranks it: about the period, boosted."""
+        if not self.about:
+            return self.candidate
+        fields = self.candidate.fields
+        return replace(self.candidate, score=self.candidate.score + PERIOD_BOOST,
+                       fields={**fields, "scores": {**fields["scores"], "period": PERIOD_BOOST}})
+
+
+def best_first(found: Sequence[Found]) -> list[Found]:
+    """Each candidate once (its best-scored copy), best first as the read ranks them."""
+    by_key: dict[tuple[Any, ...], Found] = {}
+    for f in found:
+        known = by_key.get(f.candidate.key)
+        if known is None or f.ranked.score > known.ranked.score:
+            by_key[f.candidate.key] = f
+    ranked = {c.key: n for n, c in enumerate(rank(f.ranked for f in by_key.values()))}
+    return sorted(by_key.values(), key=lambda f: ranked[f.candidate.key])
+
+
+def found_turn(candidate: Candidate, when: QuestionTime, said_about: DateRange | None) -> Found:
+    """A turn is about the period when it was said in ``said_about`` or a relative date it uses falls in
+    the period (its dates are then resolved here, once: packing keeps them)."""
+    if said_about is None:
+        return Found(candidate, False)
+    said: datetime = candidate.fields["time"]
+    if said_about.start <= said < said_about.end:
+        return Found(candidate, True)
+    if not RELATIVE_PATTERN.search(candidate.fields["text"]):
+        return Found(candidate, False)
+    dated = with_dates(candidate)
+    return Found(dated, any(when.is_about(p.start, p.end) for p in dated.fields["dates"]))
+
+
+def gist_is_about(row: dict[str, Any], when: QuestionTime) -> bool:
+    """Whether a gist's event (its date at its precision) falls in the period."""
+    span = DateRange.of(ResolvedDate(row["event_date"], row["date_precision"]))
+    return span is not None and when.is_about(*span.days)
+
+
+def fact_is_about(row: dict[str, Any], when: QuestionTime) -> bool:
+    """Whether a fact held in the period: its span (as retrieval.fact_days reads it) meets the period; a
+    state question also takes an undated statement said before the period's end as holding then."""
+    if when.period is None:
+        return False
+    point, start, end, said = row["point_in_time"], row["start_time"], row["end_time"], row["said_at"].date()
+    undated = point is None and start is None and end is None
+    first = point or start or (date.min if end is not None else said)
+    last = point or end or (date.max if start is not None or (undated and when.state) else said)
+    period_first, period_last = when.period.range.days
+    return first <= period_last and last >= period_first
+
+
+def derived(turn: NeighbourTurn, origin: Found, make: Callable[[RetrievedTurn, Candidate, int, float], Candidate],
+            share: float, when: QuestionTime, said_about: DateRange | None) -> Found:
+    """A turn found through another item (beside a seed, the source of a gist): about the period when
+    its origin is, or when it is itself."""
+    own = found_turn(make(turn.turn, origin.candidate, turn.seed, share), when, said_about)
+    return Found(own.candidate, own.about or origin.about)
+
+
+async def found_within(conn: AsyncConnection, found: FoundTurns, *, tenant: str, question: str,
+                       conversation_ids: list[str] | None, recipe: TurnRecipe,
+                       window: DateRange | Window) -> list[RetrievedTurn]:
+    """The same fused search as ``found``'s (its vector, its speakers), within ``window``."""
+    return await search_turns(conn, tenant=tenant, query=without_names(question, found.speakers), vector=found.vector,
+                              conversation_ids=conversation_ids, recipe=recipe, start=window.start, end=window.end,
+                              speakers=found.speakers)
+
+
+async def _period_reads(conn: AsyncConnection, found: FoundTurns, *, tenant: str, question: str,
+                        conversation_ids: list[str] | None, recipe: TurnRecipe, gists: int, facts: int, past: bool,
+                        window: Window) -> tuple[list[RetrievedTurn], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The turns, gists and facts the read finds within the question's period."""
+    first, last = window.days
+    turns = await found_within(conn, found, tenant=tenant, question=question, conversation_ids=conversation_ids,
+                               recipe=recipe, window=window)
+    gist_rows = await nearest_gists(conn, tenant=tenant, vector=found.vector, conversation_ids=conversation_ids,
+                                    limit=gists, first_day=first, last_day=last)
+    fact_rows = await facts_named(conn, tenant=tenant, question=question, conversation_ids=conversation_ids,
+                                  limit=facts, with_superseded=past, first_day=first, last_day=last)
+    return turns, gist_rows, fact_rows
+
+
 async def _candidates(deps: ContextDeps, *, tenant: str, question: str, conversation_ids: list[str] | None,
-                      window: Window, past: bool, budget_tokens: int, neighbours: Neighbours,
+                      when: QuestionTime, budget_tokens: int, neighbours: Neighbours,
                       sources: GistSources) -> list[Candidate]:
     recipe, gists, facts = candidate_counts(budget_tokens, deps.recipes.turns)
-    first_day, last_day = window.days
+    asked = when.asked
+    first_day, last_day = asked.days
+    about = when.said_about()
+    in_period = None if about is None else asked.meet(about)
     async with deps.pool.connection() as conn, tenant_scope(conn, tenant):
         found = await best_turns(conn, deps.embedder, tenant=tenant, question=question,
-                                 conversation_ids=conversation_ids, recipe=recipe, start=window.start, end=window.end)
-        turns, vector = found.turns, found.vector
-        seeds = [turn_candidate(t) for t in turns]
-        beside = await neighbour_turns(conn, tenant=tenant, seeds=turns[: neighbours.seeds],
-                                       each_side=neighbours.each_side, start=window.start, end=window.end)
-        gist_rows = await nearest_gists(conn, tenant=tenant, vector=vector, conversation_ids=conversation_ids,
-                                        limit=gists, first_day=first_day, last_day=last_day)
-        fact_rows = await facts_named(conn, tenant=tenant, question=question, conversation_ids=conversation_ids,
-                                      limit=facts, with_superseded=past, first_day=first_day, last_day=last_day)
-        gists_found = [gist_candidate(row, n, recipe.rrf_k) for n, row in enumerate(gist_rows, start=1)]
-        wanted = [(row["conversation_id"], turn_id, n) for n, row in enumerate(gist_rows[: sources.gists], start=1)
-                  for turn_id in row["turn_ids"]]
-        sourced = await turns_at(conn, tenant=tenant, wanted=wanted, start=window.start, end=window.end)
-    return (seeds
-            + [neighbour_candidate(n.turn, seeds[n.seed - 1], n.seed, neighbours.share) for n in beside]
-            + gists_found
-            + [source_candidate(s.turn, gists_found[s.seed - 1], s.seed, sources.share) for s in sourced]
-            + [fact_candidate(row, n, recipe.rrf_k) for n, row in enumerate(fact_rows, start=1)])
+                                 conversation_ids=conversation_ids, recipe=recipe, start=asked.start, end=asked.end)
+        turns, vector = list(found.turns), found.vector
+        gist_lists = [await nearest_gists(conn, tenant=tenant, vector=vector, conversation_ids=conversation_ids,
+                                          limit=gists, first_day=first_day, last_day=last_day)]
+        fact_lists = [await facts_named(conn, tenant=tenant, question=question, conversation_ids=conversation_ids,
+                                        limit=facts, with_superseded=when.past, first_day=first_day,
+                                        last_day=last_day)]
+        if in_period is not None and not in_period.empty:
+            # The same searches within the period: what is about it may rank too low in the whole memory.
+            period_turns, period_gists, period_facts = await _period_reads(
+                conn, found, tenant=tenant, question=question, conversation_ids=conversation_ids, recipe=recipe,
+                gists=gists, facts=facts, past=when.past, window=in_period)
+            turns = period_turns + turns
+            gist_lists.insert(0, period_gists)
+            fact_lists.insert(0, period_facts)
+        by_key = {("turn", t.conversation_id, t.turn_id): t for t in turns}
+        seeds = best_first([found_turn(turn_candidate(t), when, about) for t in turns])
+        seed_turns: list[RetrievedTurn] = [by_key[s.candidate.key] for s in seeds[: neighbours.seeds]]
+        beside = await neighbour_turns(conn, tenant=tenant, seeds=seed_turns, each_side=neighbours.each_side,
+                                       start=asked.start, end=asked.end)
+        gists_found = best_first([Found(gist_candidate(row, n, recipe.rrf_k), gist_is_about(row, when))
+                                  for rows in gist_lists for n, row in enumerate(rows, start=1)])
+        wanted = [(g.candidate.fields["conversation_id"], turn_id, n)
+                  for n, g in enumerate(gists_found[: sources.gists], start=1)
+                  for turn_id in g.candidate.fields["turn_ids"]]
+        sourced = await turns_at(conn, tenant=tenant, wanted=wanted, start=asked.start, end=asked.end)
+    facts_found = [Found(fact_candidate(row, n, recipe.rrf_k), fact_is_about(row, when))
+                   for rows in fact_lists for n, row in enumerate(rows, start=1)]
+    everything = (seeds
+                  + [derived(n, seeds[n.seed - 1], neighbour_candidate, neighbours.share, when, about) for n in beside]
+                  + gists_found
+                  + [derived(s, gists_found[s.seed - 1], source_candidate, sources.share, when, about)
+                     for s in sourced]
+                  + facts_found)
+    return [f.ranked for f in everything]
 
 
 async def build_context(
     deps: ContextDeps, *, tenant: str, question: str, asked_at: datetime | None,
     budget_tokens: int = CONTEXT_BUDGET_DEFAULT, time_range: TimeRange | None = None,
     conversation_ids: list[str] | None = None, question_id: str = "in-process",
-    neighbours: Neighbours = NEIGHBOURS, sources: GistSources = GIST_SOURCES,
+    neighbours: Neighbours = NEIGHBOURS, sources: GistSources = GIST_SOURCES, when: QuestionTime | None = None,
 ) -> MemoryContext:
     """The best memory for ``question`` within ``budget_tokens`` (estimate_tokens of the text block),
     ranked best first, as a MemoryContext; no model call (the question is embedded here, without
-    the names of the speakers it names)."""
+    the names of the speakers it names). ``when``: the question's time when the caller understood
+    it already (else understood here from ``asked_at`` and ``time_range``)."""
     started = time.perf_counter()
     check_budget(budget_tokens)
-    anchor = asked_at or datetime.now(UTC)
-    period = find_period(question, anchor)
-    window = window_of(time_range, period)
-    past = asks_about_past(question, window.end, anchor)
+    when = when or understand(question, asked_at, time_range)
     candidates: list[Candidate] = []
-    if not window.empty:
-        candidates = await _candidates(deps, tenant=tenant, question=question,
-                                       conversation_ids=conversation_ids, window=window, past=past,
-                                       budget_tokens=budget_tokens, neighbours=neighbours, sources=sources)
+    if not when.asked.empty:
+        candidates = await _candidates(deps, tenant=tenant, question=question, conversation_ids=conversation_ids,
+                                       when=when, budget_tokens=budget_tokens, neighbours=neighbours,
+                                       sources=sources)
     packed = pack(rank(candidates), budget_tokens)
     return MemoryContext(
-        question_id=question_id, tenant=tenant, asked_at=anchor, items=packed.items, text=packed.text,
+        question_id=question_id, tenant=tenant, asked_at=when.asked_at, items=packed.items, text=packed.text,
         budget_tokens=budget_tokens, used_tokens=packed.used_tokens, time_range=time_range,
-        resolved=question_periods(question, anchor, period), past=past,
-        latency_ms=round((time.perf_counter() - started) * 1000, 2),
+        resolved=list(when.resolved), past=when.past, latency_ms=round((time.perf_counter() - started) * 1000, 2),
     )
 
 
-async def context_for(question: Question, deps: ContextDeps, *, budget_tokens: int) -> MemoryContext:
+async def context_for(question: Question, deps: ContextDeps, *, budget_tokens: int,
+                      when: QuestionTime | None = None) -> MemoryContext:
     """The context a question reads (context and fast modes), its own budget before ``budget_tokens``."""
     return await build_context(
         deps, tenant=question.tenant, question=question.question, asked_at=question.asked_at,
         budget_tokens=question.budget_tokens or budget_tokens, time_range=question.time_range,
         conversation_ids=question.conversation_ids, question_id=question.question_id,
+        when=when or QuestionTime.of(question),
     )
 
 

@@ -20,11 +20,11 @@ from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 from epistream.contracts import MemoryItem, ResolvedPeriod
-from epistream.dates import ResolvedDate, relative_dates
+from epistream.dates import relative_dates
 from epistream.prompts import estimate_tokens
 
 from .retrieval import RetrievedTurn, reciprocal_rank
-from .timefilter import DateRange
+from .timefilter import period_of
 
 #: What one newline between two lines of the text block is counted as.
 SEPARATOR_TOKENS = 1
@@ -141,16 +141,6 @@ class Packed:
     @property
     def text(self) -> str:
         return render(self.items)
-
-
-def period_of(expression: str, resolved: ResolvedDate, *, filters: bool = False) -> ResolvedPeriod | None:
-    """A resolved date as the calendar days it stands for (None when they leave the calendar)."""
-    window = DateRange.of(resolved)
-    if window is None:
-        return None
-    first, last = window.days
-    return ResolvedPeriod(expression=expression, start=first, end=last, precision=resolved.precision,
-                          filters=filters)
 
 
 def period_text(period: ResolvedPeriod) -> str:

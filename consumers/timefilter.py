@@ -1,17 +1,24 @@
-"""Time filters read from a question ("in May 2023", "in 2022", "last year"),
-resolved against when it was asked, as a half-open range of instants.
+"""What a question says about time, understood once per read (``QuestionTime``): the caller's
+explicit ``time_range`` (a hard filter: nothing outside it is read), the period the question names
+("in May 2023", "in 2022", "last week"; resolved against when it was asked, as a half-open range of
+instants), whether it asks about a state ("where did Alice live") and about the past. Every reader
+takes the result: the context read and fast mode (consumers/context.py), deep mode, agentic mode's
+tools (their anchor).
 
-A period whose bounds leave the calendar (this year, asked on 9999-12-31) is no filter:
-the arithmetic goes through `epistream.dates.within_calendar`, the one guard."""
+The period the question names filters nothing: memory about it ranks first (``QuestionTime.about``
+and ``said_about``), everything else after. A period whose bounds leave the calendar (this year,
+asked on 9999-12-31) is no period: the arithmetic goes through `epistream.dates.within_calendar`,
+the one guard."""
 
 from __future__ import annotations
 
 import calendar
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
-from epistream.dates import RELATIVE_PATTERN, Precision, ResolvedDate, resolve, within_calendar
+from epistream.contracts import Question, ResolvedPeriod, TimeRange
+from epistream.dates import RELATIVE_PATTERN, Precision, ResolvedDate, relative_dates, resolve, within_calendar
 
 _MONTHS = "|".join(calendar.month_name[1:])
 # Explicit periods: "in May 2023", "during June, 2022", "in 2021", "May 2023".
@@ -111,3 +118,128 @@ def asks_about_past(question: str, window_end: datetime | None, asked_at: dateti
     """Whether a question asks how things were: it says so ("used to", "before", "in 2022" ...),
     or the period it reads ends before it was asked."""
     return bool(_ABOUT_THE_PAST.search(question)) or (window_end is not None and window_end <= asked_at)
+
+
+def period_of(expression: str, resolved: ResolvedDate, *, filters: bool = False) -> ResolvedPeriod | None:
+    """A resolved date as the calendar days it stands for (None when they leave the calendar)."""
+    window = DateRange.of(resolved)
+    if window is None:
+        return None
+    first, last = window.days
+    return ResolvedPeriod(expression=expression, start=first, end=last, precision=resolved.precision,
+                          filters=filters)
+
+
+@dataclass(frozen=True)
+class Window:
+    """Instants [start, end), either open; ``empty`` when its bounds do not meet."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+
+    @classmethod
+    def of(cls, time_range: TimeRange | None) -> Window:
+        return cls() if time_range is None else cls(time_range.start, time_range.end)
+
+    @property
+    def empty(self) -> bool:
+        return self.start is not None and self.end is not None and self.start >= self.end
+
+    @property
+    def days(self) -> tuple[date | None, date | None]:
+        """The window as UTC calendar days [first, last] (for gists' and facts' dates)."""
+        return day_span(self.start, self.end)
+
+    def meet(self, other: DateRange) -> Window:
+        """The instants in both."""
+        return Window(other.start if self.start is None else max(self.start, other.start),
+                      other.end if self.end is None else min(self.end, other.end))
+
+
+#: The first instant of the calendar: a state question's evidence may have been said any time before its period ends.
+CALENDAR_START = datetime.min.replace(tzinfo=UTC)
+
+# A question about a state that holds for a while (where someone lives or works, their job, their partner), not
+# about an event: "Where did Alice live in February 2024?" is answered by the last home she named before March.
+_STATE_WORDS = re.compile(
+    r"\b(?:live[sd]?|living|resid(?:e[sd]?|ing|ence)|stay(?:s|ed|ing)?|based|address|"
+    r"work(?:s|ed|ing)?|employ(?:ed|er|ment)|jobs?|occupation|profession|career|"
+    r"married|dating|partner|boyfriend|girlfriend|husband|wife)\b", re.IGNORECASE)
+# ... unless it asks when something happened, or how many or how often: those are about events.
+_EVENT_QUESTION = re.compile(r"^\W*(?:when|how\s+(?:long|many|much|often))\b|\b(?:start(?:ed)?|began|begin|"
+                             r"quit|left|move[sd]?|moving)\b", re.IGNORECASE)
+
+
+def asks_about_state(question: str) -> bool:
+    """Whether a question asks about a state ("where did X live", "what was X's job", "where does X
+    work"), whose evidence is the latest statement of it, not something said during the period."""
+    return bool(_STATE_WORDS.search(question)) and not _EVENT_QUESTION.search(question)
+
+
+@dataclass(frozen=True)
+class QuestionTime:
+    """What a question says about time, understood once per read (``understand``).
+
+    ``asked``: the caller's explicit ``time_range``, a hard filter (nothing said outside it is read).
+    ``period``: the one period the question names, understood from its words; it filters nothing:
+    memory about it ranks first. ``state``: the question asks about a state, so everything said before
+    the period's end may hold then. ``resolved``: the question's date expressions (the reply's
+    ``resolved``; the period marked ``filters``, the one the read ranks by)."""
+
+    asked_at: datetime
+    asked: Window = Window()
+    period: Period | None = None
+    state: bool = False
+    past: bool = False
+    resolved: tuple[ResolvedPeriod, ...] = field(default=())
+
+    @classmethod
+    def of(cls, question: Question) -> QuestionTime:
+        return understand(question.question, question.asked_at, question.time_range)
+
+    def said_about(self, told_later: timedelta = timedelta(0)) -> DateRange | None:
+        """The instants in which a turn said is about the period: the period itself, and ``told_later``
+        after it when given; for a state question, everything before the period's end (the latest
+        statement of the state holds then). None when the question names no period."""
+        if self.period is None:
+            return None
+        span = self.period.range
+        end = within_calendar(lambda: span.end + told_later) or span.end
+        return DateRange(CALENDAR_START if self.state else span.start, end)
+
+    @property
+    def about_days(self) -> tuple[date, date] | None:
+        """The period as UTC days [first, last]; a state question's from the calendar's start."""
+        if self.period is None:
+            return None
+        first, last = self.period.range.days
+        return (date.min if self.state else first), last
+
+    def is_about(self, first: date, last: date) -> bool:
+        """Whether something spanning the days [first, last] is about the period."""
+        days = self.about_days
+        return days is not None and first <= days[1] and last >= days[0]
+
+
+def understand(question: str, asked_at: datetime | None, time_range: TimeRange | None = None) -> QuestionTime:
+    """The question's time, resolved against when it was asked (now when not given)."""
+    anchor = asked_at or datetime.now(UTC)
+    asked = Window.of(time_range)
+    period = find_period(question, anchor)
+    ends = [end for end in (asked.end, None if period is None else period.range.end) if end is not None]
+    return QuestionTime(asked_at=anchor, asked=asked, period=period, state=asks_about_state(question),
+                        past=asks_about_past(question, min(ends, default=None), anchor),
+                        resolved=tuple(question_periods(question, anchor, period)))
+
+
+def question_periods(question: str, asked_at: datetime, period: Period | None) -> list[ResolvedPeriod]:
+    """The question's date expressions resolved against when it was asked; the period the read ranks
+    by (``period``) marked ``filters``."""
+    found = [period_of(expression, resolved) for expression, resolved in relative_dates(question, asked_at)]
+    periods = [p for p in found if p is not None]
+    if period is not None:
+        first, last = period.range.days
+        ranking = ResolvedPeriod(expression=period.expression, start=first, end=last, precision=period.precision,
+                                 filters=True)
+        periods = [p for p in periods if p.expression.lower() != period.expression.lower()] + [ranking]
+    return periods

@@ -289,7 +289,7 @@ class ResolvedPeriod(BaseModel):
     start: date
     end: date
     precision: Literal["day", "week", "month", "year"]
-    #: a question's period that restricts the read (only memory of it is returned)
+    #: the question's period the read ranks by: memory about it comes first (only ``time_range`` filters)
     filters: bool = False
 
 
@@ -336,7 +336,7 @@ class MemoryContext(Contract):
     text: str
     budget_tokens: int
     used_tokens: int
-    time_range: TimeRange | None = None  # as asked; the read also keeps to the question's own period
+    time_range: TimeRange | None = None  # as asked (a hard filter); memory of the question's own period ranks first
     resolved: list[ResolvedPeriod] = Field(default_factory=list)  # the question's date expressions
     past: bool = False  # the question asks about the past: superseded facts are included
     latency_ms: float

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,6 +19,7 @@ from epistream.prompts import register
 
 from ..assistants import SegmentText, SegmentTurnText
 from ..deps import AnswerDeps
+from ..timefilter import QuestionTime
 from ..tools import (
     SPECS_BY_NAME,
     TOOL_SPECS,
@@ -103,7 +103,7 @@ def _final_answer(arguments: dict[str, Any]) -> OutputAnswerArgs:
 
 
 async def answer_agentic(question: Question, deps: AnswerDeps) -> ModeResult:
-    asked = question.asked_at or datetime.now(UTC)
+    asked = QuestionTime.of(question).asked_at  # the anchor every date expression of a tool call resolves against
     messages = [
         {"role": "system", "content": system_prompt()},
         {"role": "user", "content": f"Today is {asked:%Y-%m-%d}. Question: {question.question}"},

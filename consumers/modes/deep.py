@@ -14,63 +14,72 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from epistream.contracts import Evidence, Question
-from epistream.dates import within_calendar
 from epistream.db import tenant_scope
 from epistream.llm import Usage
 from epistream.prompts import fence
 
 from ..assistants import QuotedTurn, SegmentText, load_segments
 from ..best_turns import best_turns
+from ..context import found_within
 from ..deps import AnswerDeps
 from ..prompts import MASTER_PROMPT
+from ..retrieval import RetrievedTurn
 from ..router import RoutedSegment, route
-from ..timefilter import DateRange, extract
+from ..timefilter import DateRange, QuestionTime
 from ..windows import reading_windows
 from .base import Abstention, ModeResult, model_text
 
-# Events are often told after they happen ("last month I..."): a period named in
-# the question also admits what was said shortly after it.
+# Events are often told after they happen ("last month I..."): what was said shortly after a period the
+# question names is about it too.
 TOLD_LATER = timedelta(days=31)
 
 
-def window_for(question: Question) -> DateRange | None:
-    found = extract(question.question, question.asked_at)
-    if found is None:
-        return None
-    # At the end of the calendar there is no "shortly after": the period itself is the window.
-    return within_calendar(lambda: DateRange(found.start, found.end + TOLD_LATER)) or found
+def window_for(question: Question | QuestionTime) -> DateRange | None:
+    """When the turns about the question's period were said (None: it names none): they are read first."""
+    return (question if isinstance(question, QuestionTime) else QuestionTime.of(question)).said_about(TOLD_LATER)
 
 
-async def read_windows(deps: AnswerDeps, question: Question) -> list[SegmentText]:
-    """The reading windows around the question's best turns, with the question's time filter, falling
-    back to none when it empties the result."""
+def period_first(in_period: list[RetrievedTurn], anywhere: list[RetrievedTurn]) -> list[RetrievedTurn]:
+    """The turns found within the period, then the others found in the whole memory, each once."""
+    seen = {(t.conversation_id, t.turn_id) for t in in_period}
+    return in_period + [t for t in anywhere if (t.conversation_id, t.turn_id) not in seen]
+
+
+async def read_windows(deps: AnswerDeps, question: Question, when: QuestionTime | None = None) -> list[SegmentText]:
+    """The reading windows around the question's best turns: those said about its period first (they are
+    found within it), then the best of the whole memory."""
     recipe = deps.recipes.windows
     turns_recipe = replace(deps.recipes.turns, top_k=recipe.seeds, pool=max(deps.recipes.turns.pool, recipe.seeds))
-    window = window_for(question)
-    for span in ([window, None] if window is not None else [None]):
-        start, end = (span.start, span.end) if span is not None else (None, None)
-        async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
-            found = await best_turns(conn, deps.embedder, tenant=question.tenant, question=question.question,
-                                     conversation_ids=question.conversation_ids, recipe=turns_recipe, start=start,
-                                     end=end)
-            windows = await reading_windows(conn, tenant=question.tenant, seeds=found.turns, recipe=recipe,
-                                            start=start, end=end)
-        if windows:
-            deps.metrics.router_candidates.observe(len(windows))
-            return [w.text() for w in windows]
-    deps.metrics.router_candidates.observe(0)
-    return []
+    window = window_for(when or QuestionTime.of(question))
+    async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
+        found = await best_turns(conn, deps.embedder, tenant=question.tenant, question=question.question,
+                                 conversation_ids=question.conversation_ids, recipe=turns_recipe)
+        seeds = found.turns
+        if window is not None:
+            in_period = await found_within(conn, found, tenant=question.tenant, question=question.question,
+                                           conversation_ids=question.conversation_ids, recipe=turns_recipe,
+                                           window=window)
+            seeds = period_first(in_period, seeds)
+        windows = await reading_windows(conn, tenant=question.tenant, seeds=seeds, recipe=recipe)
+    deps.metrics.router_candidates.observe(len(windows))
+    return [w.text() for w in windows]
 
 
-async def route_question(deps: AnswerDeps, question: Question, vector: np.ndarray) -> list[RoutedSegment]:
-    """Route with the question's time filter, falling back to none when it empties the result."""
-    window = window_for(question)
+async def route_question(deps: AnswerDeps, question: Question, vector: np.ndarray,
+                         when: QuestionTime | None = None) -> list[RoutedSegment]:
+    """The router's segments: those it finds within the question's period first, then the others it finds
+    in the whole memory, as many as its recipe reads."""
+    window = window_for(when or QuestionTime.of(question))
     async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
         routed = await route(conn, tenant=question.tenant, question=question.question, vector=vector,
-                             conversation_ids=question.conversation_ids, recipe=deps.recipes.router, window=window)
-        if not routed and window is not None:
-            routed = await route(conn, tenant=question.tenant, question=question.question, vector=vector,
-                                 conversation_ids=question.conversation_ids, recipe=deps.recipes.router)
+                             conversation_ids=question.conversation_ids, recipe=deps.recipes.router)
+        if window is not None:
+            in_period = await route(conn, tenant=question.tenant, question=question.question, vector=vector,
+                                    conversation_ids=question.conversation_ids, recipe=deps.recipes.router,
+                                    window=window)
+            chosen = {s.segment_id for s in in_period}
+            routed = (in_period + [s for s in routed if s.segment_id not in chosen])[: max(len(routed),
+                                                                                          len(in_period))]
     deps.metrics.router_candidates.observe(len(routed))
     return routed
 
@@ -95,19 +104,20 @@ def to_evidence(quotes: list[QuotedTurn]) -> list[Evidence]:
     ]
 
 
-async def routed_segments(deps: AnswerDeps, question: Question) -> list[SegmentText]:
+async def routed_segments(deps: AnswerDeps, question: Question, when: QuestionTime) -> list[SegmentText]:
     """E-mem's reading: the router's segments, whole."""
     vector = (await asyncio.to_thread(deps.embedder.embed, [question.question]))[0]
-    routed = await route_question(deps, question, vector)
+    routed = await route_question(deps, question, vector, when)
     async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
         return await load_segments(conn, question.tenant, routed)
 
 
 async def answer_deep(question: Question, deps: AnswerDeps) -> ModeResult:
+    when = QuestionTime.of(question)
     if deps.recipes.windows.reads == "windows":
-        segments = await read_windows(deps, question)
+        segments = await read_windows(deps, question, when)
     else:
-        segments = await routed_segments(deps, question)
+        segments = await routed_segments(deps, question, when)
     readings = await deps.assistants.read_all(segments, question.question)
     assistant_usage = sum((r.usage for r in readings), Usage())
     # In time order, so "the most recent" is also the last line the master reads.

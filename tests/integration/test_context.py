@@ -1,6 +1,7 @@
 """The context read on the real PostgreSQL (in process, as the eval harness calls it): the budget
 holds, another tenant's memory never appears, "last week" is resolved against when it was asked
-and only memory of it comes back, facts are current unless the question asks about the past."""
+and memory of it comes first (the asker's own time_range alone filters), facts are current unless
+the question asks about the past."""
 
 from __future__ import annotations
 
@@ -115,20 +116,33 @@ def test_another_tenants_memory_never_appears(postgres, memory):
     assert "Quixote" in theirs.text and "conv-a" not in {i.conversation_id for i in theirs.items}
 
 
-def test_last_week_is_resolved_against_when_it_was_asked_and_only_its_memory_comes_back(postgres, memory):
+def _about_first(context: MemoryContext) -> tuple[list, list]:
+    """The items about the question's period and the others, after checking the first come first."""
+    about = [i for i in context.items if "period" in i.scores]
+    rest = [i for i in context.items if "period" not in i.scores]
+    assert about and max(i.rank for i in about) < min((i.rank for i in rest), default=len(context.items) + 1)
+    return about, rest
+
+
+def test_last_week_is_resolved_against_when_it_was_asked_and_its_memory_comes_first(postgres, memory):
     tenant, _, embedder = memory
     context = _read(postgres, embedder, tenant=tenant, question="What did Alice do last week?", budget_tokens=2000)
     (period,) = [p for p in context.resolved if p.filters]
     assert (period.expression, str(period.start), str(period.end)) == ("last week", "2024-03-18", "2024-03-24")
-    assert context.items and all(i.kind in ("turn", "fact") for i in context.items)  # no gist is of that week
+    about, rest = _about_first(context)
+    assert rest  # first, no longer only: the rest of the memory stays, ranked after
+    assert not [i for i in about if i.kind == "gist"]  # no gist is of that week
     start, end = datetime(2024, 3, 18, tzinfo=UTC), datetime(2024, 3, 25, tzinfo=UTC)
-    assert all(start <= i.time < end for i in context.items if i.kind == "turn")
-    facts = [i for i in context.items if i.kind == "fact"]
-    assert [f.text for f in facts] == ["Alice lives in Lisbon"]  # from 2024-03-13, open: it meets last week
+    assert all(start <= i.time < end for i in about if i.kind == "turn")
+    assert [f.text for f in about if f.kind == "fact"] == ["Alice lives in Lisbon"]  # from 2024-03-13, open
 
     earlier = _read(postgres, embedder, tenant=tenant, question="What did Alice do last month?", budget_tokens=2000)
-    assert not [i for i in earlier.items if i.kind == "turn"]  # every turn is of March
-    assert {i.text for i in earlier.items} >= {"2024-02-26: Alice adopted a cat named Miso.", "Alice adopted Miso"}
+    about, _ = _about_first(earlier)
+    assert {i.text for i in about} >= {"2024-02-26: Alice adopted a cat named Miso.", "Alice adopted Miso"}
+    # Every turn was said in March; the one about February says so ("three weeks ago", said on 2024-03-18),
+    # and the turn beside it comes with it.
+    turns = {i.turn_id: i for i in about if i.kind == "turn"}
+    assert set(turns) == {"t004", "t005"} and "neighbour_of" in turns["t004"].scores
     assert earlier.past  # a period that has ended: how things were, superseded facts included
 
 
@@ -190,8 +204,9 @@ def test_the_turn_after_a_strong_hit_comes_with_it(postgres):
     hit, ahead of weaker hits, and without the neighbours it is not."""
 
     tenant, conversation = f"ctx-n-{datetime.now().timestamp():.0f}", "conv-n"
-    said = [("Ana", "Where did you go on your trip last spring, Ben?"), ("Ben", "Porto, with my sister Clara."),
-            *[("Ana", f"Ben, where would you go on trip number {i}?") for i in range(30)]]
+    said = [("Ana", "Where did you go on your trip last spring, Ben?"), ("Ben", "Clara's flat, mostly, with the dog."),
+            # Weaker hits: about Ben's holidays, not about where his trip went.
+             *[("Ana", f"Ben, where would you go on holiday number {i}?") for i in range(30)]]
     turns = make_turns(tenant, conversation, said)
     embedder = Embedder.from_settings(postgres)
 
@@ -202,7 +217,7 @@ def test_the_turn_after_a_strong_hit_comes_with_it(postgres):
             await ingest_batch([RawRecord("memory.turns", 0, i, None, t.to_bytes(), None) for i, t in enumerate(turns)],
                                pool=pool, embedder=embedder, metrics=Metrics.create())
             ask = {"tenant": tenant, "question": "Where did Ben go on his trip?", "asked_at": ASKED,
-                   "budget_tokens": 60, "conversation_ids": [conversation]}
+                   "budget_tokens": 150, "conversation_ids": [conversation]}
             deps = Deps(pool, embedder, Recipes())
             return (await build_context(deps, **ask),
                     await build_context(deps, **ask, neighbours=Neighbours(seeds=0)))

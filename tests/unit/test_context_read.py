@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
-from epistream.consumers.context import candidate_counts, question_periods, window_of
+from epistream.consumers.context import candidate_counts
 from epistream.consumers.packing import (
     SEPARATOR_TOKENS,
     fact_candidate,
@@ -22,7 +22,7 @@ from epistream.consumers.packing import (
     with_dates,
 )
 from epistream.consumers.retrieval import FUSED_TURNS, RetrievedTurn
-from epistream.consumers.timefilter import asks_about_past, find_period
+from epistream.consumers.timefilter import asks_about_past, find_period, question_periods, understand
 from epistream.consumers.worker import fit_reply
 from epistream.contracts import (
     Answer,
@@ -173,7 +173,7 @@ def test_a_reply_over_the_message_limit_drops_its_lowest_ranked_items():
 
 # --- time --------------------------------------------------------------------------------
 
-def test_last_week_resolves_against_when_it_was_asked_and_restricts_the_read():
+def test_last_week_resolves_against_when_it_was_asked_and_is_the_period_the_read_ranks_by():
     period = find_period("What did Alice do last week?", ASKED)
     assert (period.range.start, period.range.end) == (datetime(2024, 3, 11, tzinfo=UTC), datetime(2024, 3, 18, tzinfo=UTC))
     (resolved,) = question_periods("What did Alice do last week?", ASKED, period)
@@ -181,13 +181,16 @@ def test_last_week_resolves_against_when_it_was_asked_and_restricts_the_read():
         "last week", date(2024, 3, 11), date(2024, 3, 17), True)
 
 
-def test_the_asked_range_meets_the_questions_period():
-    period = find_period("What happened in March 2024?", ASKED)
-    window = window_of(TimeRange(start=datetime(2024, 3, 10, tzinfo=UTC)), period)
-    assert (window.start, window.end) == (datetime(2024, 3, 10, tzinfo=UTC), datetime(2024, 4, 1, tzinfo=UTC))
-    assert window.days == (date(2024, 3, 10), date(2024, 3, 31))
-    assert window_of(TimeRange(end=datetime(2024, 1, 1, tzinfo=UTC)), period).empty
-    assert window_of(None, None).days == (None, None)
+def test_the_asked_range_is_the_only_hard_filter_and_the_questions_period_is_kept_apart():
+    when = understand("What happened in March 2024?", ASKED, TimeRange(start=datetime(2024, 3, 10, tzinfo=UTC)))
+    assert (when.asked.start, when.asked.end) == (datetime(2024, 3, 10, tzinfo=UTC), None)
+    assert when.period is not None and when.period.range.days == (date(2024, 3, 1), date(2024, 3, 31))
+    met = when.asked.meet(when.period.range)
+    assert (met.start, met.end) == (datetime(2024, 3, 10, tzinfo=UTC), datetime(2024, 4, 1, tzinfo=UTC))
+    assert met.days == (date(2024, 3, 10), date(2024, 3, 31))
+    assert understand("What happened?", ASKED, TimeRange(end=datetime(2024, 1, 1, tzinfo=UTC))).asked.meet(
+        when.period.range).empty
+    assert understand("What happened?", ASKED).asked.days == (None, None)
 
 
 def test_only_questions_about_the_past_read_superseded_facts():
