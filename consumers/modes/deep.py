@@ -106,7 +106,7 @@ def to_evidence(quotes: list[QuotedTurn]) -> list[Evidence]:
 
 async def routed_segments(deps: AnswerDeps, question: Question, when: QuestionTime) -> list[SegmentText]:
     """E-mem's reading: the router's segments, whole."""
-    vector = (await asyncio.to_thread(deps.embedder.embed, [question.question]))[0]
+    vector = await asyncio.to_thread(deps.embedder.embed_query, question.question)
     routed = await route_question(deps, question, vector, when)
     async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
         return await load_segments(conn, question.tenant, routed)

@@ -81,7 +81,7 @@ class GistContexts:
     before: list[GistHit]  # up to `window` earlier gists of the conversation, oldest first
     after: list[GistHit]  # up to `window` later gists, oldest first
     entities: list[EntityRef]
-    similar: list[GistHit]  # cosine > 0.8, most similar first; score = cosine
+    similar: list[GistHit]  # cosine above the card's similar threshold, most similar first; score = cosine
 
     def evidence(self) -> Cited:
         return cited([self.gist, *self.source_turns, *self.before, *self.after, *self.similar])

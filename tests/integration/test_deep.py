@@ -82,7 +82,7 @@ def _route(postgres, memory, question: str, recipe: SegmentRecipe, window=None):
         await pool.open(wait=True)
         try:
             async with pool.connection() as conn, tenant_scope(conn, tenant):
-                return await route(conn, tenant=tenant, question=question, vector=embedder.embed_one(question),
+                return await route(conn, tenant=tenant, question=question, vector=embedder.embed_query(question),
                                    conversation_ids=[conversation], recipe=recipe, window=window)
         finally:
             await pool.close()
