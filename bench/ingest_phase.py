@@ -99,7 +99,7 @@ def build_result(
         "workload": workload.source,
         "turns": ingest.turns,
         "tenant": workload.tenant,
-        "embedding_batch": settings.embedding_batch,
+        "embedding_batch": settings.embedding_batch, "embedding_model": settings.embedding_model,
         "ingest_batch": settings.ingest_batch,
         "embedded_texts": "[time] speaker: text (turn_embedding_text), on both sides",
         "throughput": throughput,

@@ -119,7 +119,7 @@ def markdown(result: dict[str, Any]) -> str:
         "| measure | rate | vs ingest |",
         "|---|---:|---:|",
         f"| ingest end to end (Kafka -> worker -> PostgreSQL) | {t['ingest_turns_per_s']:,.1f} turns/s | 1.00x |",
-        f"| embedding model only (ONNX MiniLM, batch {result['embedding_batch']}) "
+        f"| embedding model only ({result.get('embedding_model', 'ONNX')}, batch {result['embedding_batch']}) "
         f"| {t['embedding_sentences_per_s']:,.1f} sentences/s | {1 / r['ingest_over_embedding']:.2f}x |",
         f"| plain COPY, temp table with all indexes | {t['copy_rows_per_s']:,.0f} rows/s | {1 / r['ingest_over_copy']:.1f}x |",
     ]
