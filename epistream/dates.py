@@ -8,7 +8,11 @@ Rules for ambiguous weekday expressions (weeks start on Monday):
 
 * ``last <weekday>``, ``this past <weekday>``, ``on <weekday>`` and a bare ``<weekday>``: the
   most recent such day strictly before the anchor date (1-7 days back), so "last Wednesday"
-  said on a Wednesday is 7 days earlier.
+  said on a Wednesday is 7 days earlier. In a running text (``relative_dates``, ``absolutize``),
+  ``on <weekday>`` and a bare ``<weekday>`` in a sentence about the future (another expression of
+  it resolves after the anchor, or it says will / 'll / going to / gonna) and with no past-tense
+  verb are the first such day strictly after the anchor: "the wedding is this Saturday, so I fly
+  back on Friday", said on a Wednesday, is two days later.
 * ``this <weekday>``: that day of the anchor's own Monday-Sunday week (may be in the past).
 * ``next <weekday>``: that day of the following Monday-Sunday week ("next Saturday" said on
   Wednesday 2024-01-17 is 2024-01-27, not 2024-01-20).
@@ -273,15 +277,39 @@ def format_resolved(r: ResolvedDate) -> str:
     return r.value.isoformat()
 
 
+_SENTENCE = re.compile(r"[^.!?]+[.!?]*")
+_FUTURE_WORDS = re.compile(r"\b(?:will|shall|going\s+to|gonna)\b|\w'll\b|\w’ll\b", re.IGNORECASE)
+# A past-tense verb anywhere in the sentence keeps a bare weekday in the past (the safe reading).
+_PAST_WORDS = re.compile(
+    r"\b(?:was|were|did|had|went|came|got|ran|flew|saw|met|left|took|made|said|told|bought|found|gave|"
+    r"began|won|lost|spent|felt|thought|heard|wrote|ate|drove|sent|\w{2,}(?<!e)ed)\b", re.IGNORECASE)
+_BARE_WEEKDAY = re.compile(rf"(?:on\s+)?{_WD}", re.IGNORECASE)
+
+
+def _resolved_in(text: str, anchor: datetime) -> list[tuple[re.Match[str], ResolvedDate | None]]:
+    """Each relative expression of ``text`` with its date, a bare weekday read with its sentence's
+    tense (the module's rules): the one place ``relative_dates`` and ``absolutize`` resolve."""
+    out: list[tuple[re.Match[str], ResolvedDate | None]] = []
+    today = anchor.date()
+    for sentence in _SENTENCE.finditer(text):
+        found = [(m, _resolve_relative(m.group(0), anchor))
+                 for m in RELATIVE_PATTERN.finditer(text, sentence.start(), sentence.end())]
+        words = sentence.group(0)
+        ahead = not _PAST_WORDS.search(words) and (
+            bool(_FUTURE_WORDS.search(words))
+            or any(r is not None and r.value > today and not _BARE_WEEKDAY.fullmatch(m.group(0)) for m, r in found))
+        for m, resolved in found:
+            if ahead and resolved is not None and (w := _BARE_WEEKDAY.fullmatch(_norm(m.group(0)))):
+                weekday = _WEEKDAYS.index(w.group(0).split()[-1])
+                resolved = ResolvedDate(_resolve_weekday("coming", weekday, today), "day")
+            out.append((m, resolved))
+    return out
+
+
 def relative_dates(text: str, anchor: datetime) -> list[tuple[str, ResolvedDate]]:
     """Each relative expression in ``text`` (the ones ``absolutize`` annotates), with the date it
     stands for said at ``anchor``; expressions that resolve to nothing are left out."""
-    found = []
-    for m in RELATIVE_PATTERN.finditer(text):
-        resolved = _resolve_relative(m.group(0), anchor)
-        if resolved is not None:
-            found.append((m.group(0), resolved))
-    return found
+    return [(m.group(0), resolved) for m, resolved in _resolved_in(text, anchor) if resolved is not None]
 
 
 def absolutize(text: str, anchor: datetime) -> str:
@@ -291,11 +319,11 @@ def absolutize(text: str, anchor: datetime) -> str:
     followed by a parenthesised date are left alone, which makes this idempotent.
     """
 
-    def annotate(m: re.Match[str]) -> str:
-        resolved = _resolve_relative(m.group(0), anchor)
-        return f"{m.group(0)} ({format_resolved(resolved)})" if resolved else m.group(0)
-
-    return RELATIVE_PATTERN.sub(annotate, text)
+    parts, last = [], 0
+    for m, resolved in _resolved_in(text, anchor):
+        parts.append(text[last:m.end()] + (f" ({format_resolved(resolved)})" if resolved else ""))
+        last = m.end()
+    return "".join(parts) + text[last:]
 
 
 _DAY = r"(?P<{d}>\d{{1,2}})(?:st|nd|rd|th)?"

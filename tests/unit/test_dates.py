@@ -16,6 +16,7 @@ from epistream.dates import (
     gist_sentence,
     leading_date,
     parse_date,
+    relative_dates,
     resolve,
 )
 
@@ -529,3 +530,20 @@ def test_dates_at_the_edges_of_the_calendar_still_resolve():
     assert r("this year", LAST_DAY) == ("9999-12-31", "year")
     assert r("yesterday", LAST_DAY) == ("9999-12-30", "day")
     assert r("tomorrow", FIRST_DAY) == ("0001-01-02", "day")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # A sentence about what is coming: "on Friday" is the coming Friday, not the last one.
+    ("My sister's wedding is this Saturday, so I fly back to Bristol on Friday.",
+     [("this Saturday", date(2024, 1, 20)), ("on Friday", date(2024, 1, 19))]),
+    ("I will see her tomorrow and we meet again on Monday.",
+     [("tomorrow", date(2024, 1, 18)), ("on Monday", date(2024, 1, 22))]),
+    # Said in the past tense, or with nothing about the future: the documented rule (the last one).
+    ("I saw her on Friday, and tomorrow I am free.", [("on Friday", date(2024, 1, 12)), ("tomorrow", date(2024, 1, 18))]),
+    ("We went hiking on Sunday.", [("on Sunday", date(2024, 1, 14))]),
+    ("The parcel arrived on Friday. It is raining tomorrow.", [("on Friday", date(2024, 1, 12)), ("tomorrow", date(2024, 1, 18))]),
+])
+def test_a_weekday_in_a_sentence_about_the_future_is_the_coming_one(text: str, expected: list) -> None:
+    assert [(e, d.value) for e, d in relative_dates(text, WED)] == expected
+    annotated = absolutize(text, WED)  # the same resolution wherever a date is written out
+    assert all(f"{e} ({d.isoformat()})" in annotated for e, d in expected)
