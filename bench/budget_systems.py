@@ -48,9 +48,8 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from epistream.consumers.context import NEIGHBOURS, Neighbours, build_context
-from epistream.consumers.modes.deep import read_windows, window_for
+from epistream.consumers.modes.deep import read_windows, route_question
 from epistream.consumers.retrieval import DENSE_TURNS, Recipes, search_turns
-from epistream.consumers.router import route
 from epistream.contracts import Mode, Question, SegmentCloseRequest, Turn
 from epistream.db import create_pool, on_database, tenant_scope
 from epistream.embeddings import Embedder, turn_embedding_text
@@ -407,21 +406,15 @@ class RouterSegments:
 
     def __init__(self, memory: Memory, recipes: Recipes, turns: dict[tuple[str, str], Turn]) -> None:
         self._memory = memory
-        self._recipe = replace(recipes.router, top_k=ROUTER_SEGMENTS)
+        self._recipes = replace(recipes, router=replace(recipes.router, top_k=ROUTER_SEGMENTS))
         self._turns = turns  # (conversation id, turn id) -> turn
 
     async def pieces(self, query: Query, budget: int) -> Sequence[Piece]:
         question = Question(question_id=f"q-{uuid.uuid4().hex[:8]}", tenant=self._memory.tenant,
                             question=query.question, conversation_ids=[query.conversation_id],
                             asked_at=query.asked_at)
-        window = window_for(question)  # deep mode's time filter, and its fallback when it empties the result
-        async with self._memory.pool.connection() as conn, tenant_scope(conn, self._memory.tenant):
-            routed = await route(conn, tenant=self._memory.tenant, question=query.question, vector=query.vector,
-                                 conversation_ids=[query.conversation_id], recipe=self._recipe, window=window)
-            if not routed and window is not None:
-                routed = await route(conn, tenant=self._memory.tenant, question=query.question,
-                                     vector=query.vector, conversation_ids=[query.conversation_id],
-                                     recipe=self._recipe)
+        deps = _RouterDeps(self._memory.pool, self._recipes, Metrics.create())
+        routed = await route_question(deps, question, query.vector)  # type: ignore[arg-type]  # what it reads of AnswerDeps
         out: list[Piece] = []
         for segment in routed:
             for turn_id in segment.turn_ids:
@@ -447,6 +440,13 @@ class MemoEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text], kind="query")[0]
+
+
+@dataclass(frozen=True)
+class _RouterDeps:
+    pool: AsyncConnectionPool
+    recipes: Recipes
+    metrics: Metrics
 
 
 @dataclass(frozen=True)
