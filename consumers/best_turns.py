@@ -31,6 +31,7 @@ class FoundTurns:
     turns: list[RetrievedTurn]
     vector: np.ndarray  # the searched text's embedding (gists are read by it too)
     speakers: list[str]  # the speakers the question names, case-folded
+    search_text: str  # the question without their names
 
 
 async def best_turns(conn: AsyncConnection, embedder: Embedder, *, tenant: str, question: str,
@@ -48,4 +49,14 @@ async def best_turns(conn: AsyncConnection, embedder: Embedder, *, tenant: str, 
     turns = await search_turns(conn, tenant=tenant, query=search_text, vector=vector,
                                conversation_ids=conversation_ids, recipe=recipe, start=start, end=end,
                                speakers=speakers)
-    return FoundTurns(turns, vector, speakers)
+    return FoundTurns(turns, vector, speakers, search_text)
+
+
+async def best_turns_within(conn: AsyncConnection, found: FoundTurns, *, tenant: str,
+                            conversation_ids: list[str] | None, recipe: TurnRecipe, start: datetime | None,
+                            end: datetime | None) -> list[RetrievedTurn]:
+    """The same search as ``found``'s (its text, vector and speakers: nothing embedded again), within
+    [start, end): the turns about a question's period, which may rank too low in the whole memory."""
+    return await search_turns(conn, tenant=tenant, query=found.search_text, vector=found.vector,
+                              conversation_ids=conversation_ids, recipe=recipe, start=start, end=end,
+                              speakers=found.speakers)

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
+from functools import cached_property
 from typing import Any, Protocol
 
 from psycopg import AsyncConnection
@@ -33,11 +34,11 @@ from epistream.contracts import (
     TimeRange,
     check_budget,
 )
-from epistream.dates import RELATIVE_PATTERN, ResolvedDate
+from epistream.dates import RELATIVE_PATTERN
 from epistream.db import tenant_scope
 from epistream.metrics import Metrics
 
-from .best_turns import FoundTurns, SearchDeps, best_turns
+from .best_turns import FoundTurns, SearchDeps, best_turns, best_turns_within
 from .packing import (
     Candidate,
     fact_candidate,
@@ -57,10 +58,8 @@ from .retrieval import (
     facts_named,
     nearest_gists,
     neighbour_turns,
-    search_turns,
     turns_at,
 )
-from .retrieval.speakers import without_names
 from .timefilter import DateRange, QuestionTime, Window, understand
 
 #: A turn's line is rarely under this many tokens (date, speaker, a few words): the budget over it
@@ -129,7 +128,7 @@ class Found:
     candidate: Candidate
     about: bool
 
-    @property
+    @cached_property  # compared and ranked more than once: built once
     def ranked(self) -> Candidate:
         """The candidate as the read ranks it: about the period, boosted."""
         if not self.about:
@@ -165,21 +164,19 @@ def found_turn(candidate: Candidate, when: QuestionTime, said_about: DateRange |
 
 
 def gist_is_about(row: dict[str, Any], when: QuestionTime) -> bool:
-    """Whether a gist's event (its date at its precision) falls in the period."""
-    span = DateRange.of(ResolvedDate(row["event_date"], row["date_precision"]))
-    return span is not None and when.is_about(*span.days)
+    """Whether a gist's event (the days the query's ``gist_days`` gives it) falls in the period."""
+    return when.is_about(row["first_day"], row["last_day"])
 
 
 def fact_is_about(row: dict[str, Any], when: QuestionTime) -> bool:
-    """Whether a fact held in the period: its span (as retrieval.fact_days reads it) meets the period; a
-    state question also takes an undated statement said before the period's end as holding then."""
+    """Whether a fact held in the period (the days the query's ``fact_days`` gives it); a state question
+    also takes an undated statement said before the period's end as holding then."""
     if when.period is None:
         return False
-    point, start, end, said = row["point_in_time"], row["start_time"], row["end_time"], row["said_at"].date()
-    undated = point is None and start is None and end is None
-    first = point or start or (date.min if end is not None else said)
-    last = point or end or (date.max if start is not None or (undated and when.state) else said)
-    period_first, period_last = when.period.range.days
+    undated = row["point_in_time"] is None and row["start_time"] is None and row["end_time"] is None
+    first = row["first_day"] or date.min
+    last = date.max if row["last_day"] is None or (undated and when.state) else row["last_day"]
+    period_first, period_last = when.period.range.days  # the period itself: a state that ended before it is not
     return first <= period_last and last >= period_first
 
 
@@ -191,22 +188,13 @@ def derived(turn: NeighbourTurn, origin: Found, make: Callable[[RetrievedTurn, C
     return Found(own.candidate, own.about or origin.about)
 
 
-async def found_within(conn: AsyncConnection, found: FoundTurns, *, tenant: str, question: str,
-                       conversation_ids: list[str] | None, recipe: TurnRecipe,
-                       window: DateRange | Window) -> list[RetrievedTurn]:
-    """The same fused search as ``found``'s (its vector, its speakers), within ``window``."""
-    return await search_turns(conn, tenant=tenant, query=without_names(question, found.speakers), vector=found.vector,
-                              conversation_ids=conversation_ids, recipe=recipe, start=window.start, end=window.end,
-                              speakers=found.speakers)
-
-
 async def _period_reads(conn: AsyncConnection, found: FoundTurns, *, tenant: str, question: str,
                         conversation_ids: list[str] | None, recipe: TurnRecipe, gists: int, facts: int, past: bool,
                         window: Window) -> tuple[list[RetrievedTurn], list[dict[str, Any]], list[dict[str, Any]]]:
     """The turns, gists and facts the read finds within the question's period."""
     first, last = window.days
-    turns = await found_within(conn, found, tenant=tenant, question=question, conversation_ids=conversation_ids,
-                               recipe=recipe, window=window)
+    turns = await best_turns_within(conn, found, tenant=tenant, conversation_ids=conversation_ids, recipe=recipe,
+                                    start=window.start, end=window.end)
     gist_rows = await nearest_gists(conn, tenant=tenant, vector=found.vector, conversation_ids=conversation_ids,
                                     limit=gists, first_day=first, last_day=last)
     fact_rows = await facts_named(conn, tenant=tenant, question=question, conversation_ids=conversation_ids,

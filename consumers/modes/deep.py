@@ -19,8 +19,7 @@ from epistream.llm import Usage
 from epistream.prompts import fence
 
 from ..assistants import QuotedTurn, SegmentText, load_segments
-from ..best_turns import best_turns
-from ..context import found_within
+from ..best_turns import best_turns, best_turns_within
 from ..deps import AnswerDeps
 from ..prompts import MASTER_PROMPT
 from ..retrieval import RetrievedTurn
@@ -56,9 +55,9 @@ async def read_windows(deps: AnswerDeps, question: Question, when: QuestionTime 
                                  conversation_ids=question.conversation_ids, recipe=turns_recipe)
         seeds = found.turns
         if window is not None:
-            in_period = await found_within(conn, found, tenant=question.tenant, question=question.question,
-                                           conversation_ids=question.conversation_ids, recipe=turns_recipe,
-                                           window=window)
+            in_period = await best_turns_within(conn, found, tenant=question.tenant,
+                                                conversation_ids=question.conversation_ids, recipe=turns_recipe,
+                                                start=window.start, end=window.end)
             seeds = period_first(in_period, seeds)
         windows = await reading_windows(conn, tenant=question.tenant, seeds=seeds, recipe=recipe)
     deps.metrics.router_candidates.observe(len(windows))

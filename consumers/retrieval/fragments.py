@@ -89,6 +89,13 @@ def fact_days(alias: str) -> tuple[sql.Composed, sql.Composed]:
     return first.format(**names), last.format(**names)
 
 
+def span_columns(first: sql.Composable, last: sql.Composable) -> sql.Composed:
+    """A span's days selected as ``first_day`` and ``last_day`` (NULL where open): a reader marks what is
+    about a period by the same span the window filter uses."""
+    return sql.SQL("NULLIF({first}, '-infinity'::date) AS first_day, NULLIF({last}, 'infinity'::date) AS last_day"
+                   ).format(first=first, last=last)
+
+
 def gist_days(alias: str) -> tuple[sql.Composed, sql.Composed]:
     """A gist's event as days (first, last): the day, week, month or year its date stands for."""
     fields = {"precision": sql.Identifier(alias, "date_precision"), "date": sql.Identifier(alias, "event_date")}

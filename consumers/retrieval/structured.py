@@ -12,10 +12,11 @@ import numpy as np
 from psycopg import AsyncConnection, sql
 
 from .execute import rows
-from .fragments import conversations, fact_days, gist_days, in_scope, nearest, overlaps_window
+from .fragments import conversations, fact_days, gist_days, in_scope, nearest, overlaps_window, span_columns
 
 NEAREST_GISTS = nearest("gists", "g", sql.SQL(
-    "g.gist_id, g.conversation_id, g.segment_id, g.text, g.event_date, g.date_precision, g.turn_ids, g.said_at"),
+    "g.gist_id, g.conversation_id, g.segment_id, g.text, g.event_date, g.date_precision, g.turn_ids, g.said_at, {span}"
+    ).format(span=span_columns(*gist_days("g"))),
     sql.SQL("{scope} AND {in_window}").format(scope=in_scope("g"), in_window=overlaps_window(*gist_days("g"), "day")))
 
 # A fact is current when memory.current_facts (the one definition of "current") holds it: the
@@ -23,7 +24,7 @@ NEAREST_GISTS = nearest("gists", "g", sql.SQL(
 FACTS_NAMED = sql.SQL("""
 WITH named AS (
     SELECT f.fact_id, f.conversation_id, f.segment_id, s.name AS subject, f.predicate, o.name AS object,
-           f.point_in_time, f.start_time, f.end_time, f.turn_ids, f.said_at,
+           f.point_in_time, f.start_time, f.end_time, f.turn_ids, f.said_at, {span},
            f.fact_id IN (SELECT c.fact_id FROM memory.current_facts c
                          WHERE c.tenant = f.tenant AND c.subject_id = f.subject_id AND c.predicate = f.predicate)
                AS current
@@ -37,7 +38,7 @@ WITH named AS (
 SELECT * FROM named
 WHERE %(with_superseded)s OR current
 ORDER BY said_at DESC, fact_id LIMIT %(limit)s
-""").format(scope=in_scope("f"), in_window=overlaps_window(*fact_days("f"), "day"))
+""").format(scope=in_scope("f"), in_window=overlaps_window(*fact_days("f"), "day"), span=span_columns(*fact_days("f")))
 _NON_WORD = re.compile(r"[^\w\s]+")
 
 
@@ -49,7 +50,8 @@ def padded_words(question: str) -> str:
 async def nearest_gists(conn: AsyncConnection, *, tenant: str, vector: np.ndarray,
                         conversation_ids: list[str] | None, limit: int,
                         first_day: date | None = None, last_day: date | None = None) -> list[dict[str, Any]]:
-    """The gists nearest ``vector`` whose event meets the days [first_day, last_day], with ``distance``."""
+    """The gists nearest ``vector`` whose event meets the days [first_day, last_day], with ``distance``
+    and their event's own ``first_day`` / ``last_day``."""
     return await rows(conn, NEAREST_GISTS, {"tenant": tenant, "conversations": conversations(conversation_ids),
                                             "vector": vector, "limit": limit, "start": first_day, "end": last_day})
 
@@ -57,7 +59,8 @@ async def nearest_gists(conn: AsyncConnection, *, tenant: str, vector: np.ndarra
 async def facts_named(conn: AsyncConnection, *, tenant: str, question: str, conversation_ids: list[str] | None,
                       limit: int, with_superseded: bool = True, first_day: date | None = None,
                       last_day: date | None = None) -> list[dict[str, Any]]:
-    """Facts about the entities the question names, newest said first, with ``current``."""
+    """Facts about the entities the question names, newest said first, with ``current`` and the days
+    they held, ``first_day`` / ``last_day`` (None: open)."""
     return await rows(conn, FACTS_NAMED, {"tenant": tenant, "conversations": conversations(conversation_ids),
                                           "padded": padded_words(question), "limit": limit,
                                           "with_superseded": with_superseded, "start": first_day, "end": last_day})

@@ -92,12 +92,16 @@ def test_a_turn_is_about_the_period_when_said_in_it_or_when_its_dates_fall_in_it
 def test_gists_and_facts_about_the_period():
     event = understand("What did Alice do in February 2024?", ASKED)
     state = understand("Where did Alice live in February 2024?", ASKED)
-    assert gist_is_about({"event_date": date(2024, 2, 1), "date_precision": "month"}, event)
-    assert not gist_is_about({"event_date": date(2024, 1, 17), "date_precision": "day"}, event)
-    assert gist_is_about({"event_date": date(2024, 1, 17), "date_precision": "day"}, state)  # before its end
+    # The rows carry the days their query gives them (retrieval.fragments.gist_days / fact_days).
+    assert gist_is_about({"first_day": date(2024, 2, 1), "last_day": date(2024, 2, 29)}, event)
+    assert not gist_is_about({"first_day": date(2024, 1, 17), "last_day": date(2024, 1, 17)}, event)
+    assert gist_is_about({"first_day": date(2024, 1, 17), "last_day": date(2024, 1, 17)}, state)  # before its end
 
     def fact(point=None, start=None, end=None, said=datetime(2024, 1, 17, tzinfo=UTC)):
-        return {"point_in_time": point, "start_time": start, "end_time": end, "said_at": said}
+        first = point or start or (None if end is not None else said.date())
+        last = point or end or (None if start is not None else said.date())
+        return {"point_in_time": point, "start_time": start, "end_time": end, "said_at": said,
+                "first_day": first, "last_day": last}
 
     assert fact_is_about(fact(start=date(2019, 1, 1), end=date(2024, 3, 1)), event)  # held then
     assert fact_is_about(fact(start=date(2024, 1, 1)), event)  # open: still holds
