@@ -98,20 +98,23 @@ async def _reembed(pool: AsyncConnectionPool, embedder: Embedder, kind: Embedded
 async def reembed_round(pool: AsyncConnectionPool, embedder: Embedder, *, limit: int = BATCH,
                         budget_s: float = 0.0, metrics: Metrics | None = None) -> int:
     """Re-embed stale rows, a batch at a time, until none is left or `budget_s` of wall time is spent
-    (0: one batch); returns how many were updated (0: memory is all the configured model's)."""
+    (0: one batch); returns how many were updated (0: memory is all the configured model's). What is
+    left is counted once per round (it is a scan), not once per batch."""
     started, updated = time.monotonic(), 0
-    while True:
-        left = await pending(pool, embedder.name)
-        if metrics is not None:
-            for kind in KINDS:
-                metrics.reembed_pending.labels(kind).set(sum(n for (k, _), n in left.items() if k == kind))
-        done = 0
-        for kind, tenant in left:
+    left = await pending(pool, embedder.name)
+    if metrics is not None:  # what this round found; the next round counts again
+        for kind in KINDS:
+            metrics.reembed_pending.labels(kind).set(sum(n for (k, _), n in left.items() if k == kind))
+    for (kind, tenant), rows in left.items():
+        while rows > 0:
             done = await _reembed(pool, embedder, KINDS[kind], tenant, limit)
-            if done:
-                if metrics is not None:
-                    metrics.reembedded.labels(kind).inc(done)
+            if not done:  # the rest is held by a writer, or was rewritten meanwhile
                 break
-        updated += done
-        if not done or time.monotonic() - started >= budget_s:
-            return updated
+            rows, updated = rows - done, updated + done
+            if metrics is not None:
+                metrics.reembedded.labels(kind).inc(done)
+            if time.monotonic() - started >= budget_s:
+                break
+        if updated and time.monotonic() - started >= budget_s:
+            break
+    return updated
