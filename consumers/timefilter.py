@@ -69,9 +69,7 @@ def last_day(end: datetime) -> date:
 
 def day_span(start: datetime | None, end: datetime | None) -> tuple[date | None, date | None]:
     """Instants [start, end) as UTC calendar days [first, last], either end open (None)."""
-    first = None if start is None else start.astimezone(UTC).date()
-    last = None if end is None else (end.astimezone(UTC) - timedelta(microseconds=1)).date()
-    return first, last
+    return None if start is None else start.astimezone(UTC).date(), None if end is None else last_day(end)
 
 
 @dataclass(frozen=True)
@@ -123,11 +121,12 @@ def asks_about_past(question: str, window_end: datetime | None, asked_at: dateti
 def period_of(expression: str, resolved: ResolvedDate, *, filters: bool = False) -> ResolvedPeriod | None:
     """A resolved date as the calendar days it stands for (None when they leave the calendar)."""
     window = DateRange.of(resolved)
-    if window is None:
-        return None
+    return None if window is None else _as_resolved(expression, window, resolved.precision, filters=filters)
+
+
+def _as_resolved(expression: str, window: DateRange, precision: Precision, *, filters: bool) -> ResolvedPeriod:
     first, last = window.days
-    return ResolvedPeriod(expression=expression, start=first, end=last, precision=resolved.precision,
-                          filters=filters)
+    return ResolvedPeriod(expression=expression, start=first, end=last, precision=precision, filters=filters)
 
 
 @dataclass(frozen=True)
@@ -238,8 +237,6 @@ def question_periods(question: str, asked_at: datetime, period: Period | None) -
     found = [period_of(expression, resolved) for expression, resolved in relative_dates(question, asked_at)]
     periods = [p for p in found if p is not None]
     if period is not None:
-        first, last = period.range.days
-        ranking = ResolvedPeriod(expression=period.expression, start=first, end=last, precision=period.precision,
-                                 filters=True)
+        ranking = _as_resolved(period.expression, period.range, period.precision, filters=True)
         periods = [p for p in periods if p.expression.lower() != period.expression.lower()] + [ranking]
     return periods

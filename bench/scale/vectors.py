@@ -124,8 +124,9 @@ def main() -> None:
     parser.add_argument("--vectors", type=Path, default=DEFAULT_DIR)
     args = parser.parse_args()
     spec = PRESETS[args.size]
-    store = VectorStore(args.vectors / load_settings().embedding_model / args.size, spec)
-    embedder = Embedder.from_settings(load_settings().with_overrides(embedding_batch=64))
+    settings = load_settings()
+    store = VectorStore(args.vectors / settings.embedding_model / args.size, spec)
+    embedder = Embedder.from_settings(settings.with_overrides(embedding_batch=64))
     embed_missing(store, embedder, args.upto or spec.turns)
 
 
