@@ -122,6 +122,14 @@ async def _refuse_privileged(conn: psycopg.AsyncConnection) -> None:
         )
 
 
+#: The embedding model of a pooled connection (sql/018): its writes record it (the columns' default) and
+#: its dense reads compare only its vectors (``embedded_by = CONNECTION_EMBEDDER``).
+EMBEDDER_SETTING = "epistream.embedder"
+CONNECTION_EMBEDDER = sql.SQL("current_setting({})").format(sql.Literal(EMBEDDER_SETTING))
+#: The cosine above which the connection's model counts two gists as similar.
+CONNECTION_SIMILAR_CUTOFF = sql.SQL("current_setting('epistream.similar_cutoff')::float8")
+
+
 async def _configure(conn: psycopg.AsyncConnection, *, embedder: str, similar_cutoff: float) -> None:
     # Every pooled connection is a worker's: refused if it could see past row-level security.
     # AGE is loaded by the login role itself (session_preload_libraries, sql/017); pgvector types are
@@ -136,8 +144,8 @@ async def _configure(conn: psycopg.AsyncConnection, *, embedder: str, similar_cu
     # The embedding model whose vectors this connection writes and compares (sql/018), and the cosine its
     # gists count as similar at: one place, so no read compares two models' vectors, every write records
     # its model, and the tools' similar gists match the pipeline's SIMILAR edges under any model.
-    await conn.execute("SELECT set_config('epistream.embedder', %s, false), set_config('epistream.similar_cutoff', %s, false)",
-                       (embedder, str(similar_cutoff)))
+    await conn.execute("SELECT set_config(%s, %s, false), set_config('epistream.similar_cutoff', %s, false)",
+                       (EMBEDDER_SETTING, embedder, str(similar_cutoff)))
     await register_vector_async(conn)
     await conn.commit()
 

@@ -18,6 +18,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from epistream.contracts import Turn
+from epistream.db import EMBEDDER_SETTING
 from epistream.embeddings import TURN_EMBEDDING_VERSION
 
 COLUMNS = ("tenant", "conversation_id", "turn_id", "speaker", "text", "ts", "tz_offset_s", "session_id",
@@ -81,7 +82,7 @@ def prepare(conn: psycopg.Connection, embedded_by: str) -> None:
     """Vectors as vectors, the probe table, and the model the rows' vectors came from (memory.turns
     records it from the connection, sql/018: dense reads compare only the configured model's)."""
     register_vector(conn)
-    conn.execute("SELECT set_config('epistream.embedder', %s, false)", (embedded_by,))
+    conn.execute("SELECT set_config(%s, %s, false)", (EMBEDDER_SETTING, embedded_by))
     conn.execute(PROBE_DDL)
 
 

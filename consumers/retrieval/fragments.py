@@ -14,6 +14,8 @@ from typing import Literal, get_args
 
 from psycopg import sql
 
+from epistream.db import CONNECTION_EMBEDDER
+
 TextSearchConfig = Literal["english", "simple"]
 WindowUnit = Literal["instant", "day"]
 TurnOrder = Literal["time", "listed"]
@@ -143,10 +145,11 @@ def nearest(table: str, alias: str, selected: sql.Composable, where: sql.Composa
     (sql/018): during a switch of models, rows not yet re-embedded are found lexically only."""
     column = sql.Identifier(alias, embedding)
     return sql.SQL("SELECT {selected}, {column} <=> %(vector)s AS distance FROM {table} {alias}"
-                   " WHERE {where} AND {model} = current_setting('epistream.embedder')"
+                   " WHERE {where} AND {model} = {connection_model}"
                    " ORDER BY {column} <=> %(vector)s LIMIT {limit}").format(
         selected=selected, column=column, table=sql.Identifier("memory", table), alias=sql.Identifier(alias),
-        where=where, model=sql.Identifier(alias, "embedded_by"), limit=sql.Placeholder(limit))
+        where=where, model=sql.Identifier(alias, "embedded_by"), connection_model=CONNECTION_EMBEDDER,
+        limit=sql.Placeholder(limit))
 
 
 def nearest_in_order(table: str, alias: str, fields: tuple[str, ...], where: sql.Composable, *,

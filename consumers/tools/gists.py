@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from psycopg import AsyncConnection, sql
 
+from epistream.db import CONNECTION_EMBEDDER, CONNECTION_SIMILAR_CUTOFF
+
 from ..retrieval import (
     GIST_COLUMNS,
     GIST_FIELDS,
@@ -22,10 +24,10 @@ from .results import EntityRef, GistContexts, GistHit, TurnHit
 GIST_BY_ID = sql.SQL("""
 SELECT {gist_columns},
        -- Compared only with vectors of the same model (sql/018): none while the gist awaits re-embedding.
-       CASE WHEN g.embedded_by = current_setting('epistream.embedder') THEN g.embedding END AS embedding
+       CASE WHEN g.embedded_by = {model} THEN g.embedding END AS embedding
 FROM memory.gists g
 WHERE {scope} AND g.gist_id = %(gist_id)s
-""").format(gist_columns=GIST_COLUMNS, scope=in_scope("g"))
+""").format(gist_columns=GIST_COLUMNS, scope=in_scope("g"), model=CONNECTION_EMBEDDER)
 
 def _neighbours(comparison: sql.SQL, direction: sql.SQL) -> sql.Composed:
     """The conversation's gists on one side of the gist, in (event_date, said_at, gist_id) order."""
@@ -54,7 +56,7 @@ ORDER BY e.name, e.entity_id
 SIMILAR_GISTS = nearest_in_order(
     "gists", "g", GIST_FIELDS,
     sql.SQL("{scope} AND g.gist_id <> %(gist_id)s").format(scope=in_scope("g")),
-    tiebreak=("gist_id",), keep=sql.SQL("n.distance < 1 - current_setting('epistream.similar_cutoff')::float8"))
+    tiebreak=("gist_id",), keep=sql.SQL("n.distance < 1 - {}").format(CONNECTION_SIMILAR_CUTOFF))
 
 
 async def find_gist_contexts(

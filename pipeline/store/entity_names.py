@@ -19,9 +19,8 @@ from epistream.contracts import Segment
 from . import graph
 
 RECORD = """
-INSERT INTO memory.entity_names (tenant, entity_id, segment_id, surface, normalized_name, embedding, seen_at,
-                                 embedded_by)
-VALUES (%s, %s, %s, %s, %s, %s, %s, current_setting('epistream.embedder'))
+INSERT INTO memory.entity_names (tenant, entity_id, segment_id, surface, normalized_name, embedding, seen_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (tenant, entity_id, segment_id, surface) DO NOTHING
 """
 FORGET_SEGMENT = "DELETE FROM memory.entity_names WHERE tenant = %s AND segment_id = %s"

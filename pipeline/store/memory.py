@@ -9,10 +9,10 @@ from datetime import date
 from typing import Literal
 
 import numpy as np
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, sql
 
 from epistream.contracts import Segment
-from epistream.db import tenant_scope
+from epistream.db import CONNECTION_EMBEDDER, tenant_scope
 from epistream.llm import storable
 from epistream.names import entity_id, normalize_name
 from epistream.settings import Settings
@@ -25,17 +25,17 @@ LOCK_SEGMENT = "SELECT 1 FROM memory.segments WHERE tenant = %s AND segment_id =
 DELETE_FACTS = "DELETE FROM memory.facts WHERE tenant = %s AND segment_id = %s"
 DELETE_GISTS = "DELETE FROM memory.gists WHERE tenant = %s AND segment_id = %s"
 ENTITY_BY_NAME = "SELECT entity_id FROM memory.entities WHERE tenant = %s AND normalized_name = %s"
-NEAREST_ENTITY = """
+NEAREST_ENTITY = sql.SQL("""
 SELECT entity_id, 1 - (embedding <=> %s) AS similarity FROM memory.entities
-WHERE tenant = %s AND embedded_by = current_setting('epistream.embedder') ORDER BY embedding <=> %s LIMIT 1
-"""
+WHERE tenant = %s AND embedded_by = {model} ORDER BY embedding <=> %s LIMIT 1
+""").format(model=CONNECTION_EMBEDDER)
 ADD_ALIAS = """
 UPDATE memory.entities SET aliases = array_append(aliases, %s)
 WHERE tenant = %s AND entity_id = %s AND NOT (%s = ANY(aliases))
 """
 INSERT_ENTITY = """
-INSERT INTO memory.entities (tenant, entity_id, name, normalized_name, embedding, first_seen, embedded_by)
-VALUES (%s, %s, %s, %s, %s, %s, current_setting('epistream.embedder'))
+INSERT INTO memory.entities (tenant, entity_id, name, normalized_name, embedding, first_seen)
+VALUES (%s, %s, %s, %s, %s, %s)
 ON CONFLICT DO NOTHING
 """
 # After a forget re-derived an entity from a surviving name, its id (minted from the forgotten
@@ -46,14 +46,14 @@ ORDER BY normalized_name = %s DESC LIMIT 1
 """
 INSERT_GIST = """
 INSERT INTO memory.gists (tenant, gist_id, conversation_id, segment_id, ordinal, text, event_date, date_precision,
-                          turn_ids, said_at, embedding, embedded_by)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, current_setting('epistream.embedder'))
+                          turn_ids, said_at, embedding)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 """
-SIMILAR_GISTS = """
+SIMILAR_GISTS = sql.SQL("""
 SELECT gist_id, 1 - (embedding <=> %s) AS similarity FROM memory.gists
-WHERE tenant = %s AND gist_id <> %s AND embedded_by = current_setting('epistream.embedder')
+WHERE tenant = %s AND gist_id <> %s AND embedded_by = {model}
 ORDER BY embedding <=> %s LIMIT %s
-"""
+""").format(model=CONNECTION_EMBEDDER)
 INSERT_MENTION = "INSERT INTO memory.gist_mentions (tenant, gist_id, entity_id) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
 INSERT_FACT = """
 INSERT INTO memory.facts (tenant, fact_id, conversation_id, segment_id, ordinal, subject_id, predicate, object_id,
@@ -61,9 +61,8 @@ INSERT INTO memory.facts (tenant, fact_id, conversation_id, segment_id, ordinal,
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 """
 MARK_ENRICHED = """
-UPDATE memory.segments SET summary = %s, summary_embedding = %s, embedded_by = current_setting('epistream.embedder'), status = 'enriched',
-       enriched_at = now(),
-       attempts = attempts + 1, error = NULL, prompt_version = %s
+UPDATE memory.segments SET summary = %s, summary_embedding = %s, embedded_by = DEFAULT, status = 'enriched',
+       enriched_at = now(), attempts = attempts + 1, error = NULL, prompt_version = %s
 WHERE tenant = %s AND segment_id = %s
 """
 MARK_FAILED = """

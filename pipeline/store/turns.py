@@ -20,8 +20,8 @@ from ..records import RawRecord
 UPSERT_TURN = """
 INSERT INTO memory.turns AS t (
     tenant, conversation_id, turn_id, speaker, text, ts, tz_offset_s, session_id, metadata,
-    embedding, embedded_as, kafka_partition, kafka_offset, produced_at, embedded_by)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, current_setting('epistream.embedder'))
+    embedding, embedded_as, kafka_partition, kafka_offset, produced_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (tenant, conversation_id, turn_id) DO UPDATE SET
     speaker = EXCLUDED.speaker, text = EXCLUDED.text, ts = EXCLUDED.ts, tz_offset_s = EXCLUDED.tz_offset_s,
     session_id = EXCLUDED.session_id, metadata = EXCLUDED.metadata,
