@@ -12,7 +12,7 @@ from pathlib import Path
 from .errors import ServiceError
 
 
-def require_maven(what: str) -> None:
+def _require_maven(what: str) -> None:
     if shutil.which("mvn") is None or shutil.which("java") is None:
         raise ServiceError(f"{what} needs `java` and `mvn` on PATH (Debian: default-jdk-headless maven)")
 
@@ -34,7 +34,7 @@ def maven_errors(output: str) -> str:
 
 def run_maven(args: list[str], *, what: str) -> None:
     """Run `mvn -q -B <args>`; raise ServiceError with Maven's errors when it fails."""
-    require_maven(what)
+    _require_maven(what)
     result = subprocess.run(["mvn", "-q", "-B", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, check=False)
     if result.returncode != 0:

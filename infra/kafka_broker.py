@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epistream.errors import ServiceError
-from epistream.maven import require_maven, run_maven, tail
+from epistream.maven import run_maven, tail
 from epistream.settings import Settings
 from epistream.tls import BrokerCertificates, covers, embedded_tls_dir, issue_broker_certificates, write_private
 
@@ -93,7 +93,6 @@ def kafka_jars(settings: Settings) -> Path:
     marker = target / ".complete"
     if marker.exists():
         return target
-    require_maven("Kafka")
     # A run that stopped half way leaves jars but no marker: start it over.
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
