@@ -117,7 +117,10 @@ async def score(systems: list[System], queries: list[Query], budgets: tuple[int,
 async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from epistream.embeddings import Embedder
 
-    samples = split_samples(load_locomo(args.path, tenant=TENANT), args.split)
+    tenant = args.enriched or TENANT
+    # bench.locomo_eval stores a file's conversations under ids prefixed with its tenant.
+    prefix = f"{tenant}-" if args.enriched else ""
+    samples = split_samples(load_locomo(args.path, tenant=tenant, conversation_prefix=prefix), args.split)
     embedder = Embedder.from_settings(settings)
     model_key = f"{embedder.name}:{settings.embedding_model_path}:{settings.embedding_max_tokens}"
     embed = DiskCachedEmbed(embedder.embed, settings.state_dir / "cache", model_key)
@@ -145,25 +148,28 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
             from .budget_systems import CachedEmbedder, Memory
 
             started = time.perf_counter()
-            memory = await Memory.create(settings, TENANT)
             turns = [t for s in samples for t in s.turns]
-            # memory.turns embeds the dated text (epistream.embeddings.turn_embedding_text), as dense_dated does.
-            cached = CachedEmbedder([dated_text(t) for t in turns],
-                                    [v for c in conversations.values() for v in c.dated])  # type: ignore[arg-type]
-            await memory.store(turns, cached)
-            result["store"] = {"turns": await memory.count("turns"), "segments": await memory.count("segments"),
-                               "gists": 0, "facts": 0}
+            if args.enriched:
+                memory = await Memory.attach(settings, tenant)
+            else:
+                memory = await Memory.create(settings, TENANT)
+                # memory.turns embeds the dated text (epistream.embeddings.turn_embedding_text), as dense_dated does.
+                cached = CachedEmbedder([dated_text(t) for t in turns],
+                                        [v for c in conversations.values() for v in c.dated])  # type: ignore[arg-type]
+                await memory.store(turns, cached)
+            result["store"] = {table: await memory.count(table) for table in ("turns", "segments", "gists", "facts")}
+            result["enriched"] = args.enriched
             timings["store_s"] = round(time.perf_counter() - started, 1)
             print(f"stored {result['store']} in database {memory.name} ({timings['store_s']}s)", flush=True)
             recipes = from_settings(settings)
             by_id = {(t.conversation_id, t.turn_id): t for t in turns}
-            systems += stored_systems(memory, recipes, by_id, embedder)
+            systems += stored_systems(memory, recipes, by_id, embedder, enriched=bool(args.enriched))
         started = time.perf_counter()
         records = await score(systems, queries)
         timings["score_s"] = round(time.perf_counter() - started, 1)
     finally:
-        if memory is not None and not args.keep:
-            await memory.drop()
+        if memory is not None and (not args.keep or args.enriched):
+            await memory.drop()  # an attached memory's pool only: its database is the stack's
     names = [s.name for s in systems]
     present = {r["sample_id"] for r in records}
     result["by_split"] = {
@@ -187,17 +193,29 @@ def kept_per_question(record: dict[str, Any]) -> dict[str, Any]:
     return {k: record[k] for k in ("key", "sample_id", "category", "evidence", "recall")}
 
 
-def stored_systems(memory, recipes, turns_by_id, embedder) -> list[System]:  # type: ignore[no-untyped-def]
+def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no-untyped-def]
+                   enriched: bool = False) -> list[System]:
     """The systems over the stored memory: the context read and its ablations (no neighbour turns; no
     speaker matching; rrf_k 60), fused and dense turn search, the deep-mode router, deep mode's reading
     windows and the fused search's own top_k turns. (The ts_rank_cd and 'english' re-stemming ablations
-    left with their switches: docs/experiments.md.)"""
-    from epistream.consumers.context import Neighbours
+    left with their switches: docs/experiments.md.) Over an enriched memory, also the read without each
+    of what enrichment adds (gists, facts, the gists' source turns), with none of it, and with gists and
+    facts ranked after the verbatim turns."""
+    from epistream.consumers.context import GistSources, Neighbours, Structured
 
     memo = MemoEmbedder(embedder)
     no_speakers = replace(recipes, turns=replace(recipes.turns, speaker_bonus=0.0))
     rrf_60 = replace(recipes, turns=replace(recipes.turns, rrf_k=60))
-    return [ContextRead(memory, recipes, memo),
+    no_sources = GistSources(gists=0)
+    enrichment = [
+        ContextRead(memory, recipes, memo, name="context_no_gists", structured=Structured(gists=False)),
+        ContextRead(memory, recipes, memo, name="context_no_facts", structured=Structured(facts=False)),
+        ContextRead(memory, recipes, memo, name="context_no_sources", sources=no_sources),
+        ContextRead(memory, recipes, memo, name="context_turns_only", sources=no_sources,
+                    structured=Structured(gists=False, facts=False)),
+        ContextRead(memory, recipes, memo, name="context_structured_last", structured=Structured(weight=0.0)),
+    ] if enriched else []
+    return [ContextRead(memory, recipes, memo), *enrichment,
             ContextRead(memory, recipes, memo, name="context_no_neighbours", neighbours=Neighbours(seeds=0)),
             ContextRead(memory, no_speakers, memo, name="context_no_speakers"),
             ContextRead(memory, rrf_60, memo, name="context_rrf_k_60"),
@@ -234,6 +252,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results (a directory: budget-recall.json in it)")
     p.add_argument("--offline", action="store_true", help="only the in-process baselines (no PostgreSQL)")
     p.add_argument("--keep", action="store_true", help="keep the run's database")
+    p.add_argument("--enriched", metavar="TENANT",
+                   help="read the memory bench.locomo_eval stored and enriched under TENANT on the running stack "
+                        "(its --keep) instead of storing the turns unenriched; adds the enrichment ablations")
     p.add_argument("--no-up", action="store_true", help="do not start the embedded PostgreSQL")
     return p.parse_args(argv)
 

@@ -47,7 +47,15 @@ import numpy as np
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from epistream.consumers.context import NEIGHBOURS, Neighbours, build_context
+from epistream.consumers.context import (
+    GIST_SOURCES,
+    NEIGHBOURS,
+    STRUCTURED,
+    GistSources,
+    Neighbours,
+    Structured,
+    build_context,
+)
 from epistream.consumers.modes.deep import read_windows, route_question
 from epistream.consumers.retrieval import DENSE_TURNS, Recipes, search_turns
 from epistream.contracts import Mode, Question, SegmentCloseRequest, Turn
@@ -344,9 +352,18 @@ class Memory:
         await pool.open(wait=True)
         return cls(settings, name, pool, tenant)
 
+    @classmethod
+    async def attach(cls, settings: Settings, tenant: str) -> Memory:
+        """A tenant already stored in the running stack's database (e.g. enriched by bench.locomo_eval --keep)."""
+        pool = create_pool(settings)
+        await pool.open(wait=True)
+        return cls(settings, "", pool, tenant)
+
     async def drop(self) -> None:
+        """Close the pool, and drop the database when it is the run's own (never the stack's)."""
         await self.pool.close()
-        drop_database(self.settings, self.name)
+        if self.name:
+            drop_database(self.settings, self.name)
 
     async def store(self, turns: list[Turn], embedder: CachedEmbedder) -> int:
         """Every turn through the ingest worker's batch function, then an idle close per conversation."""
@@ -495,15 +512,19 @@ class ContextRead:
     budget_aware = True
 
     def __init__(self, memory: Memory, recipes: Recipes, embedder: MemoEmbedder, *, name: str = "context",
-                 neighbours: Neighbours = NEIGHBOURS) -> None:
+                 neighbours: Neighbours = NEIGHBOURS, sources: GistSources = GIST_SOURCES,
+                 structured: Structured = STRUCTURED) -> None:
         self.name = name
         self._memory = memory
         self._deps = _ContextDeps(memory.pool, embedder, recipes)
         self._neighbours = neighbours
+        self._sources = sources
+        self._structured = structured
 
     async def pieces(self, query: Query, budget: int) -> Sequence[Piece]:
         context = await build_context(self._deps, tenant=self._memory.tenant, question=query.question,  # type: ignore[arg-type]
                                       asked_at=query.asked_at, budget_tokens=budget,
-                                      conversation_ids=[query.conversation_id], neighbours=self._neighbours)
+                                      conversation_ids=[query.conversation_id], neighbours=self._neighbours,
+                                      sources=self._sources, structured=self._structured)
         return [Piece(tuple(item.turn_ids), item.line, item.tokens, verbatim=item.kind == "turn")
                 for item in context.items]

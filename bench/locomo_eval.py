@@ -578,7 +578,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
         print(f"\n2. router recall@{','.join(map(str, args.recall_k))} segments and recall at equal token budgets "
               f"for {len(with_evidence)} questions with evidence (categories 1-4)", flush=True)
         started = time.perf_counter()
-        vectors = await asyncio.to_thread(embedder.embed, [it.qa.question for it in with_evidence])
+        vectors = await asyncio.to_thread(embedder.embed, [it.qa.question for it in with_evidence], kind="query")
         per_question = await measure_recall(pool, settings, tenant, with_evidence, vectors, args.recall_k)
         timings["recall_s"] = round(time.perf_counter() - started, 2)
         # k counts segments (about 23 turns each) for the router, turns for dense_turns: not comparable
@@ -625,7 +625,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
                 print(f"\n4. baselines on {settings.llm_base_url}: full context and dense top-{args.baseline_k}",
                       flush=True)
                 started = time.perf_counter()
-                asked_vectors = await asyncio.to_thread(embedder.embed, [it.qa.question for it in asked])
+                asked_vectors = await asyncio.to_thread(embedder.embed, [it.qa.question for it in asked], kind="query")
                 baselines = await run_baselines(settings, pool, tenant, asked, asked_vectors,
                                                 k=args.baseline_k, timeout_s=args.baseline_timeout)
                 timings["baselines_s"] = round(time.perf_counter() - started, 1)

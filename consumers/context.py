@@ -86,6 +86,20 @@ GIST_SOURCES = GistSources()
 
 
 @dataclass(frozen=True)
+class Structured:
+    """What enrichment wrote takes part in the read: gists and facts, each ranked at ``weight`` of its
+    fused score (0: after every turn of the same standing towards the question's period). Their source
+    turns are verbatim and keep their gist's own score (GistSources)."""
+
+    gists: bool = True
+    facts: bool = True
+    weight: float = 1.0
+
+
+STRUCTURED = Structured()
+
+
+@dataclass(frozen=True)
 class Neighbours:
     """The turns beside the best ``seeds`` turn hits (``each_side`` before and after), each ranked at
     ``share`` of its seed's score. Chosen on the pick split (bench.budget_recall's context_* rows): at
@@ -204,8 +218,10 @@ async def _period_reads(conn: AsyncConnection, found: FoundTurns, *, tenant: str
 
 async def _candidates(deps: ContextDeps, *, tenant: str, question: str, conversation_ids: list[str] | None,
                       when: QuestionTime, budget_tokens: int, neighbours: Neighbours,
-                      sources: GistSources) -> list[Candidate]:
+                      sources: GistSources, structured: Structured) -> list[Candidate]:
     recipe, gists, facts = candidate_counts(budget_tokens, deps.recipes.turns)
+    gists = gists if structured.gists or sources.gists else 0  # sources need their gists, shown or not
+    facts = facts if structured.facts else 0
     asked = when.asked
     first_day, last_day = asked.days
     about = when.said_about()
@@ -242,11 +258,18 @@ async def _candidates(deps: ContextDeps, *, tenant: str, question: str, conversa
                    for rows in fact_lists for n, row in enumerate(rows, start=1)]
     everything = (seeds
                   + [derived(n, seeds[n.seed - 1], neighbour_candidate, neighbours.share, when, about) for n in beside]
-                  + gists_found
                   + [derived(s, gists_found[s.seed - 1], source_candidate, sources.share, when, about)
                      for s in sourced]
-                  + facts_found)
+                  + [weighted(g, structured.weight) for g in (gists_found if structured.gists else [])]
+                  + [weighted(f, structured.weight) for f in facts_found])
     return [f.ranked for f in everything]
+
+
+def weighted(found: Found, weight: float) -> Found:
+    """A gist or fact at ``weight`` of its fused score (its standing towards the period unchanged)."""
+    if weight == 1.0:
+        return found
+    return Found(replace(found.candidate, score=found.candidate.score * weight), found.about)
 
 
 async def build_context(
@@ -254,6 +277,7 @@ async def build_context(
     budget_tokens: int = CONTEXT_BUDGET_DEFAULT, time_range: TimeRange | None = None,
     conversation_ids: list[str] | None = None, question_id: str = "in-process",
     neighbours: Neighbours = NEIGHBOURS, sources: GistSources = GIST_SOURCES, when: QuestionTime | None = None,
+    structured: Structured = STRUCTURED,
 ) -> MemoryContext:
     """The best memory for ``question`` within ``budget_tokens`` (estimate_tokens of the text block),
     ranked best first, as a MemoryContext; no model call (the question is embedded here, without
@@ -266,7 +290,7 @@ async def build_context(
     if not when.asked.empty:
         candidates = await _candidates(deps, tenant=tenant, question=question, conversation_ids=conversation_ids,
                                        when=when, budget_tokens=budget_tokens, neighbours=neighbours,
-                                       sources=sources)
+                                       sources=sources, structured=structured)
     packed = pack(rank(candidates), budget_tokens)
     return MemoryContext(
         question_id=question_id, tenant=tenant, asked_at=when.asked_at, items=packed.items, text=packed.text,

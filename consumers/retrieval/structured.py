@@ -52,6 +52,8 @@ async def nearest_gists(conn: AsyncConnection, *, tenant: str, vector: np.ndarra
                         first_day: date | None = None, last_day: date | None = None) -> list[dict[str, Any]]:
     """The gists nearest ``vector`` whose event meets the days [first_day, last_day], with ``distance``
     and their event's own ``first_day`` / ``last_day``."""
+    if limit <= 0:
+        return []
     return await rows(conn, NEAREST_GISTS, {"tenant": tenant, "conversations": conversations(conversation_ids),
                                             "vector": vector, "limit": limit, "start": first_day, "end": last_day})
 
@@ -61,6 +63,8 @@ async def facts_named(conn: AsyncConnection, *, tenant: str, question: str, conv
                       last_day: date | None = None) -> list[dict[str, Any]]:
     """Facts about the entities the question names, newest said first, with ``current`` and the days
     they held, ``first_day`` / ``last_day`` (None: open)."""
+    if limit <= 0:
+        return []
     return await rows(conn, FACTS_NAMED, {"tenant": tenant, "conversations": conversations(conversation_ids),
                                           "padded": padded_words(question), "limit": limit,
                                           "with_superseded": with_superseded, "start": first_day, "end": last_day})

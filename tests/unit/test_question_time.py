@@ -14,9 +14,10 @@ from epistream.consumers.context import (
     fact_is_about,
     found_turn,
     gist_is_about,
+    weighted,
 )
 from epistream.consumers.modes.deep import TOLD_LATER, period_first, window_for
-from epistream.consumers.packing import turn_candidate
+from epistream.consumers.packing import gist_candidate, turn_candidate
 from epistream.consumers.retrieval import RetrievedTurn
 from epistream.consumers.timefilter import CALENDAR_START, DateRange, asks_about_state, understand
 from epistream.contracts import Mode, Question, TimeRange
@@ -121,3 +122,15 @@ def test_what_is_about_the_period_ranks_first_and_the_rest_stays_after_it():
     ordered = best_first([strong, weak, again])
     assert [f.candidate.fields["turn_id"] for f in ordered] == ["weak", "strong"]
     assert ordered[0].candidate.score == 0.03
+
+
+def test_enrichment_ranked_last_stays_after_every_turn_of_its_standing_but_before_those_outside_the_period():
+    gist = gist_candidate({"gist_id": "g", "conversation_id": "c", "segment_id": "s", "text": "Alice moved to Porto.",
+                           "turn_ids": ["t1"], "said_at": ASKED, "event_date": None, "date_precision": None,
+                           "distance": 0.1}, 1, 30)
+    turn = Found(turn_candidate(_turn("weak", "y", ASKED, score=0.001)), about=False)
+    last = weighted(Found(gist, about=False), 0.0)
+    assert last.candidate.score == 0.0 and weighted(Found(gist, about=False), 1.0).candidate is gist
+    assert [f.candidate.kind for f in best_first([last, turn])] == ["turn", "gist"]
+    # About the period, it still ranks before what is not.
+    assert [f.candidate.kind for f in best_first([weighted(Found(gist, about=True), 0.0), turn])] == ["gist", "turn"]
