@@ -25,6 +25,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from epistream.settings import Settings
 from epistream.sources import LocomoSample, load_locomo
 
@@ -167,6 +169,8 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
         started = time.perf_counter()
         records = await score(systems, queries)
         timings["score_s"] = round(time.perf_counter() - started, 1)
+        result["context_latency_ms"] = {s.name: latency_summary(s.latencies_ms) for s in systems
+                                        if isinstance(s, ContextRead)}
     finally:
         if memory is not None and (not args.keep or args.enriched):
             await memory.drop()  # an attached memory's pool only: its database is the stack's
@@ -199,14 +203,14 @@ def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no
     speaker matching; rrf_k 60), fused and dense turn search, the deep-mode router, deep mode's reading
     windows and the fused search's own top_k turns. (The ts_rank_cd and 'english' re-stemming ablations
     left with their switches: docs/experiments.md.) Over an enriched memory, also the read without each
-    of what enrichment adds (gists, facts, the gists' source turns), with none of it, and with gists and
-    facts ranked after the verbatim turns."""
-    from epistream.consumers.context import GistSources, Neighbours, Structured
+    of what enrichment adds (gists, facts, the gists' source turns), with none of it, with gists and
+    facts ranked after the verbatim turns, and with the source turns of the best facts (entity links)."""
+    from epistream.consumers.context import Neighbours, Sources, Structured
 
     memo = MemoEmbedder(embedder)
     no_speakers = replace(recipes, turns=replace(recipes.turns, speaker_bonus=0.0))
     rrf_60 = replace(recipes, turns=replace(recipes.turns, rrf_k=60))
-    no_sources = GistSources(gists=0)
+    no_sources = Sources(gists=0)
     enrichment = [
         ContextRead(memory, recipes, memo, name="context_no_gists", structured=Structured(gists=False)),
         ContextRead(memory, recipes, memo, name="context_no_facts", structured=Structured(facts=False)),
@@ -214,6 +218,7 @@ def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no
         ContextRead(memory, recipes, memo, name="context_turns_only", sources=no_sources,
                     structured=Structured(gists=False, facts=False)),
         ContextRead(memory, recipes, memo, name="context_structured_last", structured=Structured(weight=0.0)),
+        ContextRead(memory, recipes, memo, name="context_fact_sources", sources=Sources(facts=5)),
     ] if enriched else []
     return [ContextRead(memory, recipes, memo), *enrichment,
             ContextRead(memory, recipes, memo, name="context_no_neighbours", neighbours=Neighbours(seeds=0)),
@@ -339,6 +344,14 @@ def category_table(summary: dict[str, Any], budget: str, figure: str = "recall")
     return "\n".join(lines)
 
 
+def latency_summary(latencies_ms: dict[int, list[float]]) -> dict[str, dict[str, float]]:
+    """Per budget, the median and p95 of the read's own latency (one read per question; the questions one
+    after another, so on a quiet machine this is the read alone)."""
+    return {str(budget): {"p50": round(float(np.percentile(values, 50)), 1),
+                          "p95": round(float(np.percentile(values, 95)), 1), "reads": len(values)}
+            for budget, values in sorted(latencies_ms.items()) if values}
+
+
 def markdown(result: dict[str, Any]) -> str:
     parts = [f"Evidence recall at equal token budgets (tokens = ceil(chars/4) of `speaker: text`); "
              f"conversations {', '.join(result['conversations'])}"]
@@ -350,6 +363,12 @@ def markdown(result: dict[str, Any]) -> str:
     parts.append(table(last, "recall_with_sources", "recall also crediting gist/fact source turns"))
     parts.append(table({"questions": last["questions"], "pieces_at_budget": last["recall_at_pieces"]}, "pieces",
                        "recall of the first k pieces (k counts turns, not tokens; the old figures' unit)"))
+    if result.get("context_latency_ms"):
+        budgets = sorted({b for per in result["context_latency_ms"].values() for b in per}, key=int)
+        rows = ["| read latency ms, p50 / p95 | " + " | ".join(budgets) + " |", "|---|" + "---:|" * len(budgets)]
+        rows += [f"| {name} | " + " | ".join(f"{per[b]['p50']} / {per[b]['p95']}" if b in per else "" for b in budgets)
+                 + " |" for name, per in result["context_latency_ms"].items()]
+        parts.append("\n".join(rows))
     return "\n\n".join(parts)
 
 

@@ -48,11 +48,11 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from epistream.consumers.context import (
-    GIST_SOURCES,
     NEIGHBOURS,
+    SOURCES,
     STRUCTURED,
-    GistSources,
     Neighbours,
+    Sources,
     Structured,
     build_context,
 )
@@ -512,7 +512,7 @@ class ContextRead:
     budget_aware = True
 
     def __init__(self, memory: Memory, recipes: Recipes, embedder: MemoEmbedder, *, name: str = "context",
-                 neighbours: Neighbours = NEIGHBOURS, sources: GistSources = GIST_SOURCES,
+                 neighbours: Neighbours = NEIGHBOURS, sources: Sources = SOURCES,
                  structured: Structured = STRUCTURED) -> None:
         self.name = name
         self._memory = memory
@@ -520,11 +520,13 @@ class ContextRead:
         self._neighbours = neighbours
         self._sources = sources
         self._structured = structured
+        self.latencies_ms: dict[int, list[float]] = {}  # per budget: the read's own latency (its reply's latency_ms)
 
     async def pieces(self, query: Query, budget: int) -> Sequence[Piece]:
         context = await build_context(self._deps, tenant=self._memory.tenant, question=query.question,  # type: ignore[arg-type]
                                       asked_at=query.asked_at, budget_tokens=budget,
                                       conversation_ids=[query.conversation_id], neighbours=self._neighbours,
                                       sources=self._sources, structured=self._structured)
+        self.latencies_ms.setdefault(budget, []).append(context.latency_ms)
         return [Piece(tuple(item.turn_ids), item.line, item.tokens, verbatim=item.kind == "turn")
                 for item in context.items]

@@ -73,23 +73,24 @@ FACT_CANDIDATES = (10, 100)
 
 
 @dataclass(frozen=True)
-class GistSources:
-    """The source turns of the best ``gists`` gists, each ranked at ``share`` of its gist's score.
-    Not measured on LoCoMo yet: the equal-budget eval's memory is not enriched
-    (docs/benchmarks/budget-recall.md)."""
+class Sources:
+    """The source turns of the best ``gists`` gists and of the best ``facts`` facts (entity links: the
+    facts about an entity the question names, to the turns they were extracted from), each ranked at
+    ``share`` of its origin's score. Measured on the enriched dev split (docs/benchmarks/budget-recall.md)."""
 
     gists: int = 5
+    facts: int = 0
     share: float = 0.9
 
 
-GIST_SOURCES = GistSources()
+SOURCES = Sources()
 
 
 @dataclass(frozen=True)
 class Structured:
     """What enrichment wrote takes part in the read: gists and facts, each ranked at ``weight`` of its
     fused score (0: after every turn of the same standing towards the question's period). Their source
-    turns are verbatim and keep their gist's own score (GistSources)."""
+    turns are verbatim and keep their origin's own score (Sources)."""
 
     gists: bool = True
     facts: bool = True
@@ -218,10 +219,10 @@ async def _period_reads(conn: AsyncConnection, found: FoundTurns, *, tenant: str
 
 async def _candidates(deps: ContextDeps, *, tenant: str, question: str, conversation_ids: list[str] | None,
                       when: QuestionTime, budget_tokens: int, neighbours: Neighbours,
-                      sources: GistSources, structured: Structured) -> list[Candidate]:
+                      sources: Sources, structured: Structured) -> list[Candidate]:
     recipe, gists, facts = candidate_counts(budget_tokens, deps.recipes.turns)
     gists = gists if structured.gists or sources.gists else 0  # sources need their gists, shown or not
-    facts = facts if structured.facts else 0
+    facts = facts if structured.facts or sources.facts else 0
     asked = when.asked
     first_day, last_day = asked.days
     about = when.said_about()
@@ -250,18 +251,17 @@ async def _candidates(deps: ContextDeps, *, tenant: str, question: str, conversa
                                        start=asked.start, end=asked.end)
         gists_found = best_first([Found(gist_candidate(row, n, recipe.rrf_k), gist_is_about(row, when))
                                   for rows in gist_lists for n, row in enumerate(rows, start=1)])
-        wanted = [(g.candidate.fields["conversation_id"], turn_id, n)
-                  for n, g in enumerate(gists_found[: sources.gists], start=1)
-                  for turn_id in g.candidate.fields["turn_ids"]]
+        facts_found = best_first([Found(fact_candidate(row, n, recipe.rrf_k), fact_is_about(row, when))
+                                  for rows in fact_lists for n, row in enumerate(rows, start=1)])
+        origins = gists_found[: sources.gists] + facts_found[: sources.facts]
+        wanted = [(o.candidate.fields["conversation_id"], turn_id, n)
+                  for n, o in enumerate(origins, start=1) for turn_id in o.candidate.fields["turn_ids"]]
         sourced = await turns_at(conn, tenant=tenant, wanted=wanted, start=asked.start, end=asked.end)
-    facts_found = [Found(fact_candidate(row, n, recipe.rrf_k), fact_is_about(row, when))
-                   for rows in fact_lists for n, row in enumerate(rows, start=1)]
     everything = (seeds
                   + [derived(n, seeds[n.seed - 1], neighbour_candidate, neighbours.share, when, about) for n in beside]
-                  + [derived(s, gists_found[s.seed - 1], source_candidate, sources.share, when, about)
-                     for s in sourced]
+                  + [derived(s, origins[s.seed - 1], source_candidate, sources.share, when, about) for s in sourced]
                   + [weighted(g, structured.weight) for g in (gists_found if structured.gists else [])]
-                  + [weighted(f, structured.weight) for f in facts_found])
+                  + [weighted(f, structured.weight) for f in (facts_found if structured.facts else [])])
     return [f.ranked for f in everything]
 
 
@@ -276,7 +276,7 @@ async def build_context(
     deps: ContextDeps, *, tenant: str, question: str, asked_at: datetime | None,
     budget_tokens: int = CONTEXT_BUDGET_DEFAULT, time_range: TimeRange | None = None,
     conversation_ids: list[str] | None = None, question_id: str = "in-process",
-    neighbours: Neighbours = NEIGHBOURS, sources: GistSources = GIST_SOURCES, when: QuestionTime | None = None,
+    neighbours: Neighbours = NEIGHBOURS, sources: Sources = SOURCES, when: QuestionTime | None = None,
     structured: Structured = STRUCTURED,
 ) -> MemoryContext:
     """The best memory for ``question`` within ``budget_tokens`` (estimate_tokens of the text block),

@@ -187,10 +187,11 @@ def neighbour_candidate(turn: RetrievedTurn, seed: Candidate, seed_rank: int, sh
     return _derived(turn, seed, share, "neighbour_of", seed_rank)
 
 
-def source_candidate(turn: RetrievedTurn, gist: Candidate, gist_rank: int, share: float) -> Candidate:
-    """A turn a well-ranked gist was written from, ranked just below the gist: the gist found it by
-    its absolute date or its summary words, and the turn is the verbatim memory."""
-    return _derived(turn, gist, share, "source_of_gist", gist_rank)
+def source_candidate(turn: RetrievedTurn, origin: Candidate, origin_rank: int, share: float) -> Candidate:
+    """A turn a well-ranked gist (or fact) was written from, ranked just below it: the gist found it by
+    its absolute date or its summary words, the fact by the entity the question names, and the turn
+    is the verbatim memory."""
+    return _derived(turn, origin, share, f"source_of_{origin.kind}", origin_rank)
 
 
 def _derived(turn: RetrievedTurn, origin: Candidate, share: float, relation: str, origin_rank: int) -> Candidate:

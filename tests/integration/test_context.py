@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from epistream.consumers.context import GistSources, Neighbours, build_context
+from epistream.consumers.context import Neighbours, Sources, build_context
 from epistream.consumers.modes.fast import answer_fast
 from epistream.consumers.packing import render
 from epistream.consumers.retrieval import Recipes
@@ -267,5 +267,5 @@ def test_the_turns_a_gist_was_written_from_come_with_it(postgres, memory):
     assert gists and [i.turn_id for i in sourced if "Rex" in i.text] == ["t004"]
     assert all(i.conversation_id == "conv-a" for i in context.items)  # the other tenant's same ids never come
     without = _read(postgres, embedder, tenant=tenant, question="Which puppy?", budget_tokens=1000, recipes=lexical,
-                    neighbours=Neighbours(seeds=0), sources=GistSources(gists=0))
+                    neighbours=Neighbours(seeds=0), sources=Sources(gists=0))
     assert not [i for i in without.items if i.kind == "turn"]
