@@ -44,6 +44,7 @@ from .assistants import AssistantPool
 from .context import failed_context, read_context
 from .deps import AnswerDeps
 from .packing import render, used_tokens
+from .read_after import read_after
 from .retrieval import from_settings
 
 log = logging.getLogger(__name__)
@@ -102,9 +103,15 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
                 raise UnknownReplyTopic(f"reply_topic {question.reply_topic!r} does not exist; "
                                         f"the failed answer went to {fallback}")
             destination = question.reply_topic
+        # Read-your-own-writes: never read before the asked positions are stored, or say so.
+        incomplete = await read_after(deps.pool, settings.topic_turns, question.after,
+                                      timeout_s=settings.read_after_timeout_s, metrics=deps.metrics)
+        reply: Reply
         if question.mode is Mode.CONTEXT:
-            return await read_context(question, deps)
-        return await answer_question(question, deps)
+            reply = await read_context(question, deps)
+        else:
+            reply = await answer_question(question, deps)
+        return reply.model_copy(update={"incomplete": incomplete}) if incomplete else reply
 
     def waiting(exc: BaseException, attempt_no: int, delay: float) -> None:
         log.warning("question at %s[%d]@%d failed (%s), retry %d in %.1fs", record.topic, record.partition,

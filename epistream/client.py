@@ -6,10 +6,11 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.structs import RecordMetadata
 
 from .claims import ClaimCheck, signed_headers
 from .contracts import (
@@ -18,7 +19,9 @@ from .contracts import (
     ForgetRecord,
     MemoryContext,
     Mode,
+    Position,
     Question,
+    Turn,
     decode,
     validated,
 )
@@ -52,36 +55,80 @@ async def _start(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
         raise
 
 
+#: What the caller may pass as `after`: positions, or produce_turns' map of them.
+After = Iterable[Position] | Mapping[str, Position]
+
+
+def _note_position(positions: dict[str, Position], key: bytes | None, meta: RecordMetadata) -> None:
+    """Keep, per conversation (a turn's key), the position of its last record the broker acknowledged."""
+    try:
+        conversation = key.decode() if key is not None else None
+        if conversation is None or (conversation in positions and positions[conversation].offset >= meta.offset):
+            return
+        positions[conversation] = Position(conversation_id=conversation, partition=meta.partition, offset=meta.offset)
+    except ValueError:  # a key that is no conversation id (not UTF-8, too long): nothing to wait for
+        return
+
+
 async def produce_raw(
     settings: ClientSettings, records: Iterable[tuple[bytes | None, bytes]], *, topic: str | None = None, progress=None,
-    tenant_key: bytes | None = None,
+    tenant_key: bytes | None = None, positions: dict[str, Position] | None = None,
 ) -> int:
     """Send (key, value) pairs to `memory.turns` (or `topic`), each signed for its tenant (see
-    `claim_headers`); return how many were sent."""
+    `claim_headers`); return how many were sent. With `positions`, fill it with each conversation's
+    (key's) last acknowledged position, what a read's `after` waits for."""
     check = ClaimCheck.from_settings(settings)  # once per call, not per record
     producer = create_producer(settings)
     await _start(producer)
     sent = 0
+    pending: list[tuple[bytes | None, asyncio.Future[RecordMetadata]]] = []
+
+    async def delivered() -> None:
+        metas = await asyncio.gather(*(future for _, future in pending))
+        if positions is not None:
+            for (key, _), meta in zip(pending, metas, strict=True):
+                _note_position(positions, key, meta)
+        pending.clear()
+
     try:
-        pending = []
         for key, value in records:
-            pending.append(await producer.send(topic or settings.topic_turns, key=key, value=value,
-                                               headers=claim_headers(check, value, tenant_key)))
+            pending.append((key, await producer.send(topic or settings.topic_turns, key=key, value=value,
+                                                     headers=claim_headers(check, value, tenant_key))))
             sent += 1
             if progress is not None:
                 progress.update(1)
             if len(pending) >= 1000:
-                await asyncio.gather(*pending)
-                pending.clear()
-        await asyncio.gather(*pending)
+                await delivered()
+        await delivered()
     finally:
         await producer.stop()
     return sent
 
 
+async def produce_turns(settings: ClientSettings, turns: Iterable[Turn], *,
+                        tenant_key: bytes | None = None) -> dict[str, Position]:
+    """Send turns to `memory.turns`, keyed by conversation and signed for their tenant; return, per
+    conversation, the position of its last turn (pass them as a read's `after` to read your writes)."""
+    positions: dict[str, Position] = {}
+    await produce_raw(settings, ((t.conversation_id.encode(), t.to_bytes()) for t in turns), tenant_key=tenant_key,
+                      positions=positions)
+    return positions
+
+
+def _positions(after: After | None) -> list[Position] | None:
+    if after is None:
+        return None
+    return list(after.values()) if isinstance(after, Mapping) else list(after)
+
+
 async def ask(settings: ClientSettings, question: Question, *, timeout_s: float = 300.0,
-              tenant_key: bytes | None = None) -> Answer:
-    """Produce a question (signed for its tenant, see `claim_headers`) and wait for its answer on the reply topic."""
+              tenant_key: bytes | None = None, after: After | None = None) -> Answer:
+    """Produce a question (signed for its tenant, see `claim_headers`) and wait for its answer on the reply
+    topic; with `after` (positions from produce_turns), answered only from memory stored through them, or
+    marked `incomplete`."""
+    if after is not None:
+        question = validated(Question, what="question", **(question.model_dump(exclude_none=True)
+                                                              | {"after": _positions(after)}))
     return decode(await _request(settings, question, timeout_s, tenant_key), Answer, what="answer")
 
 
@@ -89,17 +136,19 @@ async def context(
     settings: ClientSettings, *, tenant: str, question: str, budget_tokens: int = CONTEXT_BUDGET_DEFAULT,
     since: datetime | None = None, until: datetime | None = None, conversation_ids: list[str] | None = None,
     asked_at: datetime | None = None, reply_topic: str | None = None, timeout_s: float = 30.0,
-    tenant_key: bytes | None = None,
+    tenant_key: bytes | None = None, after: After | None = None,
 ) -> MemoryContext:
     """The best memory for ``question`` within ``budget_tokens``, for the caller's own model (no model
     call): a `context` question through memory.questions, its MemoryContext from the reply topic.
-    ``since``/``until``: only memory of [since, until); ``asked_at`` (default now) anchors "last week"."""
+    ``since``/``until``: only memory of [since, until); ``asked_at`` (default now) anchors "last week";
+    ``after`` (positions from produce_turns): read once ingest stored through them, else marked `incomplete`."""
     request = validated(
         Question, what="context request",
         question_id=f"c-{uuid.uuid4()}", tenant=tenant, question=question, conversation_ids=conversation_ids,
         asked_at=asked_at or datetime.now(UTC), mode=Mode.CONTEXT, reply_topic=reply_topic,
         budget_tokens=budget_tokens,
         time_range=None if since is None and until is None else {"start": since, "end": until},
+        after=_positions(after),
     )
     return decode(await _request(settings, request, timeout_s, tenant_key), MemoryContext, what="context reply")
 

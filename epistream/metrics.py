@@ -44,6 +44,8 @@ class Metrics:
     task_failures: Counter
     reembed_pending: Gauge
     reembedded: Counter
+    read_after_wait_seconds: Histogram
+    reads_incomplete: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -180,6 +182,17 @@ class Metrics:
                 "epistream_task_failures_total",
                 "Runs of a periodic task (housekeeping) that failed and were skipped, by task and error class.",
                 ["task", "error_class"],
+                registry=reg,
+            ),
+            read_after_wait_seconds=Histogram(
+                "epistream_answer_read_after_wait_seconds",
+                "How long questions with `after` positions waited for ingest to store through them, by outcome "
+                "(stored, timed_out).",
+                ["outcome"], buckets=_FAST, registry=reg,
+            ),
+            reads_incomplete=Counter(
+                "epistream_answer_reads_incomplete_total",
+                "Replies marked incomplete: their `after` positions were not stored within EPISTREAM_READ_AFTER_TIMEOUT_S.",
                 registry=reg,
             ),
         )

@@ -354,6 +354,11 @@ class WorkerSettings(BaseSettings):
     enrich_metrics_port: int = Field(9104, description="The enrich worker's /metrics.")
     answer_metrics_port: int = Field(9102, description="The answer worker's /metrics.")
     answer_group: str = Field("epistream-answer", description="Consumer group of the answer workers.")
+    read_after_timeout_s: float = Field(
+        5.0, gt=0, le=300,
+        description="Longest wait of the answer worker for a question's `after` positions to be stored; past it "
+        "the read goes ahead and its reply says it is incomplete (docs/read-your-writes.md).",
+    )
 
 
 class SecuritySettings(BaseSettings):

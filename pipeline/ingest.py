@@ -25,6 +25,7 @@ from epistream.db import tenant_scope
 from epistream.embeddings import DIMENSIONS, Embedder, turn_embedding_text
 from epistream.metrics import Metrics
 from epistream.retry import BLOCKING, retry
+from epistream.watermarks import Through, advance, through_of
 
 from .records import RawRecord
 from .segmenter import SegmenterConfig
@@ -104,7 +105,10 @@ async def ingest_batch(
         except Exception as exc:  # ContractError with its reason; anything else is still this record's
             result.dead.append(Rejected(record, exc))
     store = _Store(pool, embedder, metrics, segmenter, max_backoff_s)
-    await store.chunks(split_chunks(items, chunk_turns), result)
+    # The last commit also covers the batch's unusable records after the last usable one (or, with
+    # none usable, an empty commit covers them alone): ingest is done with the whole batch then.
+    batch_end = through_of((r.topic, r.partition, r.offset) for r in records)
+    await store.chunks(split_chunks(items, chunk_turns) or ([[]] if batch_end else []), result, batch_end)
     result.dead.sort(key=lambda r: r.record.offset)
     _observe(metrics, result, [(t, r) for r, t in items if isinstance(t, Turn)])
     metrics.ingest_batch_seconds.observe(time.perf_counter() - started)
@@ -157,7 +161,7 @@ class _Store:
     segmenter: SegmenterConfig | None
     max_backoff_s: float
 
-    async def chunks(self, chunks: list[list[Item]], result: IngestResult) -> None:
+    async def chunks(self, chunks: list[list[Item]], result: IngestResult, batch_end: Through) -> None:
         """Chunk k is written while chunk k+1 is embedded: the next embedding starts once this
         chunk's vectors are in (two at once would only split the cores between them)."""
         upcoming = self._embedding(chunks[0]) if chunks else None
@@ -167,26 +171,28 @@ class _Store:
                 assert current is not None
                 vectors = await _outcome(current)
                 upcoming = self._embedding(chunks[k + 1]) if k + 1 < len(chunks) else None
-                await self.chunk(chunk, vectors, result)
+                await self.chunk(chunk, vectors, result, batch_end if k + 1 == len(chunks) else {})
         finally:
             # A cancel (or anything else) mid-batch: the next chunk's embedding is abandoned, its
             # thread finishes on its own and nobody reads what it computed.
             _abandon(upcoming)
 
-    async def chunk(self, items: list[Item], vectors: np.ndarray | Exception, result: IngestResult) -> None:
+    async def chunk(self, items: list[Item], vectors: np.ndarray | Exception, result: IngestResult,
+                    end: Through) -> None:
+        """`end`: what the chunk's commit covers beyond its own records (the batch's end, for the last)."""
         try:
             if isinstance(vectors, Exception):
                 raise vectors
-            await self.commit(items, vectors, result)
+            await self.commit(items, vectors, result, end)
         except Exception as exc:
             log.warning("chunk of %d records failed (%s: %s): storing them one by one", len(items),
                         type(exc).__name__, str(exc)[:200])
-            await self.one_by_one(items, result)
+            await self.one_by_one(items, result, end)
 
-    async def one_by_one(self, items: list[Item], result: IngestResult) -> None:
-        for item in items:
+    async def one_by_one(self, items: list[Item], result: IngestResult, end: Through) -> None:
+        for n, item in enumerate(items):
             try:
-                await self.commit([item], await self.embed(_turns([item])), result)
+                await self.commit([item], await self.embed(_turns([item])), result, end if n + 1 == len(items) else {})
             except Exception as one:
                 result.dead.append(Rejected(item[0], one))
 
@@ -203,11 +209,12 @@ class _Store:
         self.metrics.embedding_seconds.observe(time.perf_counter() - embed_started)
         return vectors
 
-    async def commit(self, items: list[Item], vectors: np.ndarray, result: IngestResult) -> None:
-        """Write the items in one transaction (retried while transient), and add what was written to
-        `result` only once it is committed."""
+    async def commit(self, items: list[Item], vectors: np.ndarray, result: IngestResult, end: Through) -> None:
+        """Write the items in one transaction (retried while transient), with the watermark through them
+        and `end`, and add what was written to `result` only once it is committed."""
         turns = _turns(items)
-        if not turns and (self.segmenter is None or not items):
+        through = through_of(((r.topic, r.partition, r.offset) for r, _ in items), into=end)
+        if not through:
             return
         vector_of = {id(t): v for t, v in zip(turns, vectors, strict=True)}
 
@@ -215,7 +222,10 @@ class _Store:
             # One transaction per chunk: a failed attempt leaves nothing of it behind.
             done = IngestResult()
             async with self.pool.connection() as conn, conn.transaction():
-                await _write(conn, items, vector_of, self.segmenter, done)
+                if turns or (self.segmenter is not None and items):
+                    await _write(conn, items, vector_of, self.segmenter, done)
+                # Last, so the watermark rows stay locked only for the commit.
+                await advance(conn, through)
             return done
 
         def waiting(exc: BaseException, attempt_no: int, delay: float) -> None:

@@ -12,10 +12,14 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..settings import ClientSettings, Settings, SettingsError, load_settings
 from .access import add_access_commands
 from .output import fail_loudly, print_answer, print_rows, unhealthy
+
+if TYPE_CHECKING:
+    from ..contracts import Position
 
 
 def _settings() -> Settings:
@@ -100,10 +104,31 @@ def cmd_produce(args: argparse.Namespace) -> int:
         for line, error in bad:
             print(f"{path}:{line}: skipped: {error}", file=sys.stderr)
     records = list(_turn_records(path, args.tenant, args.conversation_prefix))
+    positions: dict[str, Position] = {}
     with tqdm(total=len(records), unit="turn", desc=f"producing to {settings.topic_turns}") as bar:
-        sent = asyncio.run(produce_raw(settings, records, progress=bar))
+        sent = asyncio.run(produce_raw(settings, records, progress=bar, positions=positions))
     print(f"produced {sent} turns from {path}")
+    # Each conversation's last turn, as `context`/`ask` take it to read what was just produced.
+    for n, position in enumerate(positions.values()):
+        if n == 20:
+            print(f"(and {len(positions) - 20} more conversations)")
+            break
+        print(f"--after {position.conversation_id}@{position.partition}:{position.offset}")
     return 0
+
+
+def _after(text: str) -> Position:
+    """`[CONVERSATION@]PARTITION:OFFSET`, as `epistream produce` prints it, for --after."""
+    from ..contracts import Position
+
+    conversation, _, at = text.rpartition("@")
+    partition, sep, offset = at.partition(":")
+    try:
+        if not sep:
+            raise ValueError("no ':'")
+        return Position(conversation_id=conversation or "*", partition=int(partition), offset=int(offset))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not [CONVERSATION@]PARTITION:OFFSET ({exc})") from None
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -124,7 +149,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         if bad:
             return fail_loudly(settings, "cannot ask: the answer path is not healthy", bad=bad)
     try:
-        answer = asyncio.run(ask(settings, question, timeout_s=args.timeout))
+        answer = asyncio.run(ask(settings, question, timeout_s=args.timeout, after=args.after))
     except TimeoutError as exc:
         return fail_loudly(settings, str(exc))
     if args.json:
@@ -133,6 +158,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print_answer(answer, question.question)
     if answer.error:
         return fail_loudly(settings, f"the answer failed: {answer.error}")
+    if answer.incomplete:
+        print(f"epistream ask: incomplete: {answer.incomplete}", file=sys.stderr)
     return 0
 
 
@@ -156,7 +183,7 @@ def cmd_context(args: argparse.Namespace) -> int:
             settings, tenant=args.tenant, question=args.question, budget_tokens=args.budget,
             since=_instant(args.since) if args.since else None, until=_instant(args.until) if args.until else None,
             conversation_ids=args.conversation or None,
-            asked_at=_instant(args.asked_at) if args.asked_at else None, timeout_s=args.timeout,
+            asked_at=_instant(args.asked_at) if args.asked_at else None, timeout_s=args.timeout, after=args.after,
         ))
     except ContractError as exc:  # a budget or range the contract refuses, said plainly
         print(f"epistream context: {exc}", file=sys.stderr)
@@ -171,6 +198,8 @@ def cmd_context(args: argparse.Namespace) -> int:
         print(reply.text)
         print(f"({len(reply.items)} items, {reply.used_tokens} of {reply.budget_tokens} tokens, "
               f"{reply.latency_ms:.0f} ms)", file=sys.stderr)
+    if reply.incomplete:
+        print(f"epistream context: incomplete: {reply.incomplete}", file=sys.stderr)
     return 0
 
 
@@ -333,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--asked-at", help="ISO-8601 time the question is asked at (default: now)")
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--json", action="store_true", help="print the answer message as JSON")
+    p.add_argument("--after", action="append", type=_after, metavar="[CONVERSATION@]PARTITION:OFFSET",
+                   help="read only once these positions (as `produce` prints them) are stored (repeatable)")
     p.add_argument("--no-check", action="store_true", help="skip the health check of Kafka and the answer worker")
     p.set_defaults(func=cmd_ask)
 
@@ -347,6 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--asked-at", help="ISO-8601 time 'last week' etc. are read against (default: now)")
     p.add_argument("--timeout", type=float, default=30.0)
     p.add_argument("--json", action="store_true", help="print the MemoryContext message as JSON")
+    p.add_argument("--after", action="append", type=_after, metavar="[CONVERSATION@]PARTITION:OFFSET",
+                   help="read only once these positions (as `produce` prints them) are stored (repeatable)")
     p.add_argument("--no-check", action="store_true", help="skip the health check of Kafka and the answer worker")
     p.set_defaults(func=cmd_context)
 
