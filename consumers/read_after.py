@@ -1,5 +1,5 @@
 """Read-your-own-writes on the answer side: before a read whose question names `after` positions,
-wait (bounded) until the ingest side has stored `memory.turns` through every one of them
+wait (bounded) until the ingest side has stored the turns topic through every one of them
 (epistream/watermarks.py says what "stored through" means; docs/read-your-writes.md)."""
 
 from __future__ import annotations

@@ -104,8 +104,9 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
                                         f"the failed answer went to {fallback}")
             destination = question.reply_topic
         # Read-your-own-writes: never read before the asked positions are stored, or say so.
-        incomplete = await read_after(deps.pool, settings.topic_turns, question.after,
-                                      timeout_s=settings.read_after_timeout_s, metrics=deps.metrics)
+        incomplete = None if not question.after else await read_after(
+            deps.pool, settings.topic_turns, question.after, timeout_s=settings.read_after_timeout_s,
+            metrics=deps.metrics)
         reply: Reply
         if question.mode is Mode.CONTEXT:
             reply = await read_context(question, deps)
