@@ -23,6 +23,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .embedder_cards import CARDS, DEFAULT_EMBEDDER, EmbedderCard, card_named
+from .settings_mcp import McpSettings
 
 ENV_PREFIX = "EPISTREAM_"
 KAFKA_CA_FILE = "ca.crt"
@@ -400,7 +401,8 @@ class SupervisionSettings(BaseSettings):
 
 #: The groups in the order documentation lists them.
 GROUPS: tuple[type[BaseSettings], ...] = (KafkaSettings, PostgresSettings, ModelSettings, SegmentSettings,
-                                          RetrievalSettings, WorkerSettings, SecuritySettings, SupervisionSettings)
+                                          RetrievalSettings, WorkerSettings, SecuritySettings, SupervisionSettings,
+                                          McpSettings)
 
 
 class ClientSettings(KafkaSettings, SecuritySettings, SupervisionSettings):
@@ -410,7 +412,12 @@ class ClientSettings(KafkaSettings, SecuritySettings, SupervisionSettings):
     model_config = _CONFIG
 
 
-class Settings(ClientSettings, PostgresSettings, ModelSettings, SegmentSettings, RetrievalSettings, WorkerSettings):
+class McpServerSettings(ClientSettings, McpSettings):
+    model_config = _CONFIG  # `epistream mcp`: a client's settings and its own (no database, no model)
+
+
+class Settings(ClientSettings, PostgresSettings, ModelSettings, SegmentSettings, RetrievalSettings, WorkerSettings,
+               McpSettings):
     """Every setting of one process: the union of the groups."""
 
     model_config = _CONFIG

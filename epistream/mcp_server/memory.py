@@ -1,0 +1,87 @@
+"""What the MCP server asks of epistream.client, in one place, and the positions it has written.
+
+Read-your-own-writes: `remember` keeps, per conversation, the Kafka position of the last turn it
+produced, and `recall` and `ask` pass those positions on (`after`), so the answer worker reads only
+once the ingest side has stored through them. The positions live in the server process, not in an
+MCP session: on the 2026-07-28 protocol a streamable-HTTP request carries no session at all, and a
+stdio server has one client anyway; the server serves one tenant, so whatever it wrote is that
+tenant's, and waiting for another caller's write costs at most the bounded wait.
+
+SWITCH: the client's `produce_turns` and the `after` keyword of `context`/`ask` are not on main yet
+(read-your-own-writes, issue 30). Until they are, `produce` sends through `produce_raw` and learns
+no position, and the reads wait for nothing. The three functions marked SWITCH below are the only
+places to change when they land (and `Position` becomes epistream.contracts.Position)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from threading import Lock
+
+from .. import client
+from ..contracts import CONTEXT_BUDGET_DEFAULT, Answer, MemoryContext, Question, Turn
+from ..settings import ClientSettings
+
+
+@dataclass(frozen=True)
+class Position:
+    """A conversation's last produced turn on memory.turns (SWITCH: epistream.contracts.Position)."""
+
+    conversation_id: str
+    partition: int
+    offset: int
+
+
+class Written:
+    """The latest position produced for each conversation by this server."""
+
+    def __init__(self) -> None:
+        self._latest: dict[str, Position] = {}
+        self._lock = Lock()  # tools run concurrently (HTTP); the dict is tiny, the lock never waits long
+
+    def note(self, positions: Mapping[str, Position]) -> None:
+        with self._lock:
+            for conversation_id, position in positions.items():
+                known = self._latest.get(conversation_id)
+                # A conversation keeps its partition (it is the key); a later offset supersedes an earlier one.
+                if known is None or known.partition != position.partition or position.offset > known.offset:
+                    self._latest[conversation_id] = position
+
+    def after(self, conversation_ids: Sequence[str] | None) -> list[Position]:
+        """The positions a read of these conversations (None: all of them) must wait for."""
+        with self._lock:
+            if conversation_ids is None:
+                return list(self._latest.values())
+            return [self._latest[c] for c in conversation_ids if c in self._latest]
+
+
+async def produce(settings: ClientSettings, turns: Sequence[Turn], *, tenant_key: bytes | None) -> dict[str, Position]:
+    """Send the turns (signed for their tenant); per conversation, the position of its last one. SWITCH:
+    ``return await client.produce_turns(settings, list(turns), tenant_key=tenant_key)``."""
+    await client.produce_raw(settings, [(t.conversation_id.encode(), t.to_bytes()) for t in turns],
+                             tenant_key=tenant_key)
+    return {}
+
+
+async def read_context(settings: ClientSettings, question: Question, *, after: list[Position], timeout_s: float,
+                       tenant_key: bytes | None) -> MemoryContext:
+    """The `context` read of `question` (built by arguments.recall_question). SWITCH: pass ``after=after``."""
+    del after  # not sent until the client takes it
+    time_range = question.time_range
+    return await client.context(
+        settings, tenant=question.tenant, question=question.question, budget_tokens=question.budget_tokens or CONTEXT_BUDGET_DEFAULT,
+        since=time_range.start if time_range else None, until=time_range.end if time_range else None,
+        conversation_ids=question.conversation_ids, asked_at=question.asked_at, timeout_s=timeout_s,
+        tenant_key=tenant_key,
+    )
+
+
+async def answer(settings: ClientSettings, question: Question, *, after: list[Position], timeout_s: float,
+                 tenant_key: bytes | None) -> Answer:
+    """Ask `question` and await its answer. SWITCH: pass ``after=after`` (or set it on the question)."""
+    del after
+    return await client.ask(settings, question, timeout_s=timeout_s, tenant_key=tenant_key)
+
+
+async def forget(settings: ClientSettings, *, tenant: str, conversation_id: str) -> None:
+    await client.forget(settings, tenant=tenant, conversation_id=conversation_id)

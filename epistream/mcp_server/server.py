@@ -1,0 +1,168 @@
+"""The MCP server: four tools over epistream.client, for one tenant, each call bounded by a timeout.
+
+Every call ends in a result or a tool error (``is_error``) whose text says why: arguments the schema
+or the contracts refuse, Kafka unreachable, no reply within the timeout, the answer worker's own
+error. Nothing a caller sends can crash the server or leave a call waiting past its timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+from typing import Annotated, Literal, TypeVar
+
+from aiokafka.errors import KafkaError
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+
+from ..contracts import Answer, MemoryContext
+from ..errors import ContractError
+from ..settings import McpServerSettings
+from . import memory
+from .arguments import ArgumentError, TurnArgument, ask_question, confirmed_forget, recall_question, turns_for
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+INSTRUCTIONS = """Long-term memory of conversations (epistream). `remember` stores turns as they are said;
+`recall` returns the memory most relevant to a question within a token budget, as a text block to put
+in your prompt (no model call, a second or so); `ask` has epistream answer from memory with evidence;
+`forget` deletes a conversation for good (repeat its id as `confirm`). A recall right after a remember
+sees what was remembered."""
+
+ConversationIds = Annotated[list[str] | None, Field(
+    description="Only these conversations (default: every conversation of the tenant).")]
+
+
+def _text(text: str, structured: dict) -> CallToolResult:
+    return CallToolResult(content=[TextContent(text=text)], structured_content=structured)
+
+
+class Tools:
+    """The tools, bound to the server's settings, its tenant and what it has written."""
+
+    def __init__(self, settings: McpServerSettings, tenant: str) -> None:
+        self.settings = settings
+        self.tenant = tenant
+        self.key = settings.mcp_key
+        self.written = memory.Written()
+
+    async def _bounded(self, what: str, call: Awaitable[T], timeout_s: float) -> T:
+        """`call`'s result, or a ToolError saying why there is none within `timeout_s`."""
+        bootstrap = self.settings.kafka_bootstrap
+        try:
+            return await asyncio.wait_for(call, timeout_s)
+        except TimeoutError:
+            raise ToolError(f"no {what} within {timeout_s:g} s: is the epistream stack up (Kafka at {bootstrap}, "
+                            "the workers)?") from None
+        except KafkaError as exc:
+            raise ToolError(f"Kafka at {bootstrap} failed: {exc}") from None
+        except ContractError as exc:
+            raise ToolError(str(exc)) from None
+
+    async def remember(
+        self,
+        conversation_id: Annotated[str, Field(description="The conversation the turns belong to.")],
+        turns: Annotated[list[TurnArgument], Field(description="One or more turns, in the order they were said.")],
+    ) -> CallToolResult:
+        """Store turns of a conversation in long-term memory (memory.turns). They are searchable within
+        about a second; gists and facts follow when the conversation's segment closes."""
+        try:
+            records = turns_for(self.tenant, conversation_id, turns, now=datetime.now(UTC))
+        except ArgumentError as exc:
+            raise ToolError(str(exc)) from None
+        positions = await self._bounded("acknowledgement from Kafka", memory.produce(
+            self.settings, records, tenant_key=self.key), self.settings.mcp_timeout_s)
+        self.written.note(positions)
+        conversation = records[0].conversation_id
+        return _text(f"remembered {len(records)} turn(s) of conversation {conversation!r}", {
+            "conversation_id": conversation, "turn_ids": [r.turn_id for r in records], "produced": len(records),
+            "positions": [{"partition": p.partition, "offset": p.offset} for p in positions.values()]})
+
+    async def recall(
+        self,
+        question: Annotated[str, Field(description="What the memory is for: a question or the topic at hand.")],
+        budget_tokens: Annotated[int, Field(description="Most tokens of memory to return (50 to 32000).")] = 1000,
+        since: Annotated[datetime | None, Field(
+            description="Only memory from this time on (ISO-8601; without an offset: UTC).")] = None,
+        until: Annotated[datetime | None, Field(description="Only memory before this time.")] = None,
+        conversation_ids: ConversationIds = None,
+    ) -> CallToolResult:
+        """The memory most relevant to a question within a token budget (no model call): a prompt-ready
+        text block (turns verbatim with their dates, gists, current facts) and its items."""
+        try:
+            request = recall_question(self.tenant, question, budget_tokens=budget_tokens, since=since, until=until,
+                                      conversation_ids=conversation_ids, now=datetime.now(UTC))
+        except ArgumentError as exc:
+            raise ToolError(str(exc)) from None
+        timeout = self.settings.mcp_timeout_s
+        reply: MemoryContext = await self._bounded("memory read", memory.read_context(
+            self.settings, request, after=self.written.after(request.conversation_ids), timeout_s=timeout,
+            tenant_key=self.key), timeout)
+        if reply.error:
+            raise ToolError(f"the answer worker could not read memory: {reply.error}")
+        return _text(reply.text or "(no memory matches)", reply.model_dump(mode="json", exclude_none=True))
+
+    async def ask(
+        self,
+        question: Annotated[str, Field(description="The question to answer from memory.")],
+        mode: Annotated[Literal["fast", "deep", "agentic", "auto"], Field(
+            description="fast: one model call over the best memory; deep: assistants read the best passages; "
+                        "agentic: a tool loop over gists and facts; auto: the router picks.")] = "auto",
+        conversation_ids: ConversationIds = None,
+    ) -> CallToolResult:
+        """Answer a question from memory, with the evidence (quotes, conversations, turn ids, times)."""
+        try:
+            request = ask_question(self.tenant, question, mode=mode, conversation_ids=conversation_ids,
+                                   now=datetime.now(UTC))
+        except ArgumentError as exc:
+            raise ToolError(str(exc)) from None
+        timeout = self.settings.mcp_ask_timeout_s
+        answer: Answer = await self._bounded("answer", memory.answer(
+            self.settings, request, after=self.written.after(request.conversation_ids), timeout_s=timeout,
+            tenant_key=self.key), timeout)
+        if answer.error:
+            raise ToolError(f"the answer failed: {answer.error}")
+        lines = [answer.answer + (" (abstained: no evidence in memory)" if answer.abstained else "")]
+        lines += [f"- {e.time:%Y-%m-%d} {e.conversation_id}: {e.quote}" for e in answer.evidence]
+        return _text("\n".join(lines), answer.model_dump(mode="json", exclude_none=True))
+
+    async def forget(
+        self,
+        conversation_id: Annotated[str, Field(description="The conversation to delete, with all derived from it.")],
+        confirm: Annotated[str | None, Field(description="The same conversation id again: forgetting is final.")] = None,
+    ) -> CallToolResult:
+        """Forget a conversation for good: its turns, segments, gists and facts, here and in every rebuild."""
+        try:
+            conversation = confirmed_forget(conversation_id, confirm)
+        except ArgumentError as exc:
+            raise ToolError(str(exc)) from None
+        await self._bounded("acknowledgement from Kafka", memory.forget(
+            self.settings, tenant=self.tenant, conversation_id=conversation), self.settings.mcp_timeout_s)
+        return _text(f"forgot conversation {conversation!r}: the ingest workers delete it as they read the erasure "
+                     "(within seconds)", {"conversation_id": conversation, "tenant": self.tenant})
+
+
+def build_server(settings: McpServerSettings, tenant: str) -> MCPServer:
+    """The MCP server for `tenant` (arguments.served_tenant checked its name)."""
+    tools = Tools(settings, tenant)
+    server: MCPServer = MCPServer("epistream", instructions=INSTRUCTIONS, log_level="WARNING")
+    server.add_tool(tools.remember, annotations=ToolAnnotations(destructive_hint=False))
+    server.add_tool(tools.recall, annotations=ToolAnnotations(read_only_hint=True))
+    server.add_tool(tools.ask, annotations=ToolAnnotations(read_only_hint=True))
+    server.add_tool(tools.forget, annotations=ToolAnnotations(destructive_hint=True))
+    return server
+
+
+def serve(settings: McpServerSettings, *, tenant: str, transport: Literal["stdio", "http"], host: str,
+          port: int) -> None:
+    """Run until the client (stdio) or the process (HTTP) ends."""
+    server = build_server(settings, tenant)
+    if transport == "stdio":
+        server.run("stdio")
+    else:
+        log.info("epistream MCP server on http://%s:%d/mcp", host, port)
+        server.run("streamable-http", host=host, port=port)
