@@ -1,0 +1,181 @@
+"""`epistream mcp` on the real stack, driven by the MCP SDK's own client: over stdio (the server a
+subprocess, as Claude Desktop or Cursor start it) and over streamable HTTP. remember -> recall sees
+it, ask answers with evidence, forget -> gone, bad arguments -> a tool error with the reason, and
+with Kafka unreachable every call ends in a tool error instead of hanging."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.types import CallToolResult
+
+from .conftest import ROOT
+
+pytestmark = [pytest.mark.integration]
+
+#: Long enough for a CPU model's answer on a busy machine; a call that passes it fails the test.
+CALL_TIMEOUT_S = 360.0
+
+
+def _server_command(tenant: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "epistream.shell.cli", "mcp", "--tenant", tenant, *extra]
+
+
+def _stdio(tenant: str, env: dict[str, str] | None = None) -> Client:
+    # The SDK starts a stdio server with a minimal environment: the EPISTREAM_* settings go in `env`,
+    # as an MCP client's configuration gives them (docs/mcp.md).
+    params = StdioServerParameters(command=sys.executable, args=_server_command(tenant)[1:],
+                                   env=dict(os.environ) | (env or {}), cwd=str(ROOT))
+    return Client(params, read_timeout_seconds=CALL_TIMEOUT_S)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def _http(tenant: str) -> AsyncIterator[Client]:
+    port = _free_port()
+    server = subprocess.Popen(_server_command(tenant, "--transport", "http", "--port", str(port)), cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, f"the HTTP server exited: {server.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the HTTP server never listened"
+                await asyncio.sleep(0.2)
+        async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=CALL_TIMEOUT_S) as client:
+            yield client
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+async def _call(client: Client, name: str, arguments: dict[str, Any]) -> CallToolResult:
+    return await client.call_tool(name, arguments)
+
+
+async def _ok(client: Client, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    result = await _call(client, name, arguments)
+    assert not result.is_error, result.content[0].text
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
+
+
+async def _until(check: Callable[[], Awaitable[bool]], *, timeout: float = 60.0, what: str) -> None:
+    # SWITCH (read-your-own-writes): until the client's produce_turns/after land, a recall may race the
+    # ingest worker, so these tests wait for what becomes, with them, true at the first read.
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"not within {timeout:.0f}s: {what}"
+        await asyncio.sleep(0.5)
+
+
+def _mentions(reply: dict[str, Any], conversation: str, phrase: str) -> bool:
+    return any(item["conversation_id"] == conversation and phrase in item["text"] for item in reply["items"])
+
+
+async def _recall(client: Client, phrase: str, conversation: str) -> dict[str, Any]:
+    return await _ok(client, "recall", {"question": f"Who keeps {phrase}?", "budget_tokens": 500,
+                                        "conversation_ids": [conversation]})
+
+
+async def test_stdio_remember_recall_ask_forget(stack, unique):
+    tenant, conversation = unique("mcp-stdio"), unique("conv")
+    phrase = "a tortoise named Quasimodo"
+    async with _stdio(tenant) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert names == {"remember", "recall", "ask", "forget"}
+        done = await _ok(client, "remember", {"conversation_id": conversation, "turns": [
+            {"speaker": "Ines", "text": f"I keep {phrase} in my garden in Braga.", "time": "2024-05-02T10:00:00+01:00",
+             "turn_id": "t1"},
+            {"speaker": "Sam", "text": "How old is the tortoise?", "time": "2024-05-02T10:01:00+01:00"}]})
+        assert done["produced"] == 2 and done["turn_ids"][0] == "t1"
+
+        async def recalled() -> bool:
+            return _mentions(await _recall(client, phrase, conversation), conversation, phrase)
+        await _until(recalled, what="recall sees the remembered turn")
+        reply = await _recall(client, phrase, conversation)
+        assert reply["used_tokens"] <= reply["budget_tokens"] == 500 and phrase in reply["text"]
+
+        answer = await _ok(client, "ask", {"question": "Where does Ines keep her tortoise?", "mode": "fast",
+                                           "conversation_ids": [conversation]})
+        assert answer["mode"] == "fast" and isinstance(answer["answer"], str)
+        assert all(e["conversation_id"] == conversation for e in answer["evidence"])
+
+        refused = await _call(client, "forget", {"conversation_id": conversation})
+        assert refused.is_error and "confirm" in refused.content[0].text
+        assert _mentions(await _recall(client, phrase, conversation), conversation, phrase)  # still there
+
+        await _ok(client, "forget", {"conversation_id": conversation, "confirm": conversation})
+
+        async def gone() -> bool:
+            return not (await _recall(client, phrase, conversation))["items"]
+        await _until(gone, what="the forgotten conversation leaves recall")
+
+
+async def test_http_remember_then_recall_and_bad_arguments(stack, unique):
+    tenant, conversation = unique("mcp-http"), unique("conv")
+    phrase = "a cello called Rosalind"
+    async with _http(tenant) as client:
+        await _ok(client, "remember", {"conversation_id": conversation,
+                                       "turns": [{"speaker": "Ana", "text": f"I play {phrase} every evening."}]})
+
+        async def recalled() -> bool:
+            return _mentions(await _recall(client, phrase, conversation), conversation, phrase)
+        await _until(recalled, what="recall over HTTP sees the remembered turn")
+
+        for name, arguments, reason in [
+            ("remember", {"conversation_id": conversation, "turns": []}, "at least one turn"),
+            ("remember", {"conversation_id": conversation, "turns": [{"speaker": "Ana"}]}, "text"),
+            ("recall", {"question": phrase, "budget_tokens": 10}, "50 to 32000"),
+            ("recall", {"question": phrase, "since": "2024-02-01", "until": "2024-01-01"}, "starts"),
+            ("ask", {"question": phrase, "mode": "telepathic"}, "mode"),
+        ]:
+            result = await _call(client, name, arguments)
+            assert result.is_error and reason in result.content[0].text, (name, result.content[0].text)
+
+
+async def test_another_tenants_server_recalls_nothing_of_it(stack, unique):
+    tenant, conversation = unique("mcp-own"), unique("conv")
+    phrase = "a kite shaped like a heron"
+    async with _stdio(tenant) as mine:
+        await _ok(mine, "remember", {"conversation_id": conversation,
+                                     "turns": [{"speaker": "Rui", "text": f"I fly {phrase} on Sundays."}]})
+
+        async def recalled() -> bool:
+            return _mentions(await _recall(mine, phrase, conversation), conversation, phrase)
+        await _until(recalled, what="the owner recalls its turn")
+    async with _stdio(unique("mcp-other")) as theirs:
+        assert not (await _recall(theirs, phrase, conversation))["items"]
+
+
+async def test_an_unreachable_stack_is_a_tool_error_not_a_hang(unique):
+    closed = _free_port()  # nothing listens there
+    env = {"EPISTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{closed}", "EPISTREAM_MCP_TIMEOUT_S": "5",
+           "EPISTREAM_MCP_ASK_TIMEOUT_S": "5"}
+    async with _stdio(unique("mcp-down"), env) as client:
+        for name, arguments in [("remember", {"conversation_id": "c", "turns": [{"speaker": "a", "text": "hi"}]}),
+                                ("recall", {"question": "anything?"}),
+                                ("ask", {"question": "anything?", "mode": "fast"}),
+                                ("forget", {"conversation_id": "c", "confirm": "c"})]:
+            result = await client.call_tool(name, arguments, read_timeout_seconds=60)
+            assert result.is_error, name
+            text = result.content[0].text
+            assert f"127.0.0.1:{closed}" in text, text  # says which broker it could not reach
