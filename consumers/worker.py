@@ -43,6 +43,7 @@ from .answer import answer_question, failed_answer
 from .assistants import AssistantPool
 from .context import failed_context, read_context
 from .deps import AnswerDeps
+from .listing import read_listing
 from .packing import render, used_tokens
 from .read_after import read_after
 from .retrieval import from_settings
@@ -109,7 +110,7 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
             metrics=deps.metrics)
         reply: Reply
         if question.mode is Mode.CONTEXT:
-            reply = await read_context(question, deps)
+            reply = await (read_listing if question.listing else read_context)(question, deps)
         else:
             reply = await answer_question(question, deps)
         return reply.model_copy(update={"incomplete": incomplete}) if incomplete else reply
