@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
+from typing import Literal
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import RecordMetadata
@@ -136,19 +137,20 @@ async def context(
     settings: ClientSettings, *, tenant: str, question: str, budget_tokens: int = CONTEXT_BUDGET_DEFAULT,
     since: datetime | None = None, until: datetime | None = None, conversation_ids: list[str] | None = None,
     asked_at: datetime | None = None, reply_topic: str | None = None, timeout_s: float = 30.0,
-    tenant_key: bytes | None = None, after: After | None = None,
+    tenant_key: bytes | None = None, after: After | None = None, listing: Literal["timeline", "facts"] | None = None,
 ) -> MemoryContext:
     """The best memory for ``question`` within ``budget_tokens``, for the caller's own model (no model
     call): a `context` question through memory.questions, its MemoryContext from the reply topic.
     ``since``/``until``: only memory of [since, until); ``asked_at`` (default now) anchors "last week";
-    ``after`` (positions from produce_turns): read once ingest stored through them, else marked `incomplete`."""
+    ``after`` (positions from produce_turns): read once ingest stored through them, else marked `incomplete`;
+    ``listing``: instead, the one conversation's gists in time order ("timeline") or current facts."""
     request = validated(
         Question, what="context request",
         question_id=f"c-{uuid.uuid4()}", tenant=tenant, question=question, conversation_ids=conversation_ids,
         asked_at=asked_at or datetime.now(UTC), mode=Mode.CONTEXT, reply_topic=reply_topic,
         budget_tokens=budget_tokens,
         time_range=None if since is None and until is None else {"start": since, "end": until},
-        after=_positions(after),
+        after=_positions(after), listing=listing,
     )
     return decode(await _request(settings, request, timeout_s, tenant_key), MemoryContext, what="context reply")
 

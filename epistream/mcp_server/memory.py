@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from threading import Lock
+from typing import Literal
 
 from .. import client
-from ..contracts import CONTEXT_BUDGET_DEFAULT, Answer, MemoryContext, Question, Turn
+from ..contracts import CONTEXT_BUDGET_DEFAULT, CONTEXT_BUDGET_MAX, Answer, MemoryContext, Question, Turn
 from ..settings import ClientSettings
 
 
@@ -81,6 +82,14 @@ async def answer(settings: ClientSettings, question: Question, *, after: list[Po
     """Ask `question` and await its answer. SWITCH: pass ``after=after`` (or set it on the question)."""
     del after
     return await client.ask(settings, question, timeout_s=timeout_s, tenant_key=tenant_key)
+
+
+async def read_listing(settings: ClientSettings, *, tenant: str, conversation_id: str,
+                       listing: Literal["timeline", "facts"], timeout_s: float, tenant_key: bytes | None) -> MemoryContext:
+    """One conversation's timeline or current facts (a resource), as much as the largest budget holds."""
+    return await client.context(settings, tenant=tenant, question=listing, budget_tokens=CONTEXT_BUDGET_MAX,
+                                conversation_ids=[conversation_id], listing=listing, timeout_s=timeout_s,
+                                tenant_key=tenant_key)
 
 
 async def forget(settings: ClientSettings, *, tenant: str, conversation_id: str) -> None:

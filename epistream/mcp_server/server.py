@@ -14,7 +14,7 @@ from typing import Annotated, Literal, TypeVar
 
 from aiokafka.errors import KafkaError
 from mcp.server import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
@@ -25,13 +25,16 @@ from . import memory
 from .arguments import ArgumentError, TurnArgument, ask_question, confirmed_forget, recall_question, turns_for
 
 log = logging.getLogger(__name__)
+#: The resources' URIs: RESOURCES/<conversation id>/timeline and .../facts.
+RESOURCES = "epistream://conversations"
 T = TypeVar("T")
 
 INSTRUCTIONS = """Long-term memory of conversations (epistream). `remember` stores turns as they are said;
 `recall` returns the memory most relevant to a question within a token budget, as a text block to put
 in your prompt (no model call, a second or so); `ask` has epistream answer from memory with evidence;
 `forget` deletes a conversation for good (repeat its id as `confirm`). A recall right after a remember
-sees what was remembered."""
+sees what was remembered. Resources: epistream://conversations/<id>/timeline (its events in time order)
+and epistream://conversations/<id>/facts (its current facts)."""
 
 ConversationIds = Annotated[list[str] | None, Field(
     description="Only these conversations (default: every conversation of the tenant).")]
@@ -50,18 +53,19 @@ class Tools:
         self.key = settings.mcp_key
         self.written = memory.Written()
 
-    async def _bounded(self, what: str, call: Awaitable[T], timeout_s: float) -> T:
-        """`call`'s result, or a ToolError saying why there is none within `timeout_s`."""
+    async def _bounded(self, what: str, call: Awaitable[T], timeout_s: float,
+                       error: type[Exception] = ToolError) -> T:
+        """`call`'s result, or an `error` (a tool's, or a resource's) saying why there is none within `timeout_s`."""
         bootstrap = self.settings.kafka_bootstrap
         try:
             return await asyncio.wait_for(call, timeout_s)
         except TimeoutError:
-            raise ToolError(f"no {what} within {timeout_s:g} s: is the epistream stack up (Kafka at {bootstrap}, "
-                            "the workers)?") from None
+            raise error(f"no {what} within {timeout_s:g} s: is the epistream stack up (Kafka at {bootstrap}, "
+                        "the workers)?") from None
         except KafkaError as exc:
-            raise ToolError(f"Kafka at {bootstrap} failed: {exc}") from None
+            raise error(f"Kafka at {bootstrap} failed: {exc}") from None
         except ContractError as exc:
-            raise ToolError(str(exc)) from None
+            raise error(str(exc)) from None
 
     async def remember(
         self,
@@ -146,6 +150,28 @@ class Tools:
                      "(within seconds)", {"conversation_id": conversation, "tenant": self.tenant})
 
 
+    async def _listing(self, conversation_id: str, listing: Literal["timeline", "facts"]) -> str:
+        timeout = self.settings.mcp_timeout_s
+        reply: MemoryContext = await self._bounded("memory read", memory.read_listing(
+            self.settings, tenant=self.tenant, conversation_id=conversation_id, listing=listing, timeout_s=timeout,
+            tenant_key=self.key), timeout, error=ResourceError)
+        if reply.error:
+            raise ResourceError(f"the answer worker could not read memory: {reply.error}")
+        if not reply.items:
+            return (f"(no {'gists' if listing == 'timeline' else 'facts'} yet: they follow when a segment of the "
+                    "conversation closes and is enriched)")
+        # In the listing's order (when things happened), not the text block's (when they were said).
+        return "\n".join(item.line for item in reply.items)
+
+    async def timeline(self, conversation_id: str) -> str:
+        """The conversation's gists (one-sentence events, each starting with its date) in time order."""
+        return await self._listing(conversation_id, "timeline")
+
+    async def facts(self, conversation_id: str) -> str:
+        """The conversation's current facts (subject, predicate, object, when it held)."""
+        return await self._listing(conversation_id, "facts")
+
+
 def build_server(settings: McpServerSettings, tenant: str) -> MCPServer:
     """The MCP server for `tenant` (arguments.served_tenant checked its name)."""
     tools = Tools(settings, tenant)
@@ -154,6 +180,10 @@ def build_server(settings: McpServerSettings, tenant: str) -> MCPServer:
     server.add_tool(tools.recall, annotations=ToolAnnotations(read_only_hint=True))
     server.add_tool(tools.ask, annotations=ToolAnnotations(read_only_hint=True))
     server.add_tool(tools.forget, annotations=ToolAnnotations(destructive_hint=True))
+    server.resource(f"{RESOURCES}/{{conversation_id}}/timeline", name="timeline", mime_type="text/plain",
+                    description="A conversation's gists in time order")(tools.timeline)
+    server.resource(f"{RESOURCES}/{{conversation_id}}/facts", name="facts", mime_type="text/plain",
+                    description="A conversation's current facts")(tools.facts)
     return server
 
 

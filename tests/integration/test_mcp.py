@@ -16,10 +16,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.types import CallToolResult
 
 from .conftest import ROOT
+from .seed import seed_memory
 
 pytestmark = [pytest.mark.integration]
 
@@ -166,6 +167,25 @@ async def test_another_tenants_server_recalls_nothing_of_it(stack, unique):
         assert not (await _recall(theirs, phrase, conversation))["items"]
 
 
+async def test_resources_list_a_conversations_timeline_and_current_facts(stack, unique):
+    tenant, conversation = unique("mcp-res"), unique("conv")
+    await asyncio.to_thread(seed_memory, stack, tenant, conversation)  # gists and facts of a known enrichment
+    async with _stdio(tenant) as client:
+        templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+        assert templates == {"epistream://conversations/{conversation_id}/timeline",
+                             "epistream://conversations/{conversation_id}/facts"}
+        timeline = await client.read_resource(f"epistream://conversations/{conversation}/timeline",
+                                              cache_mode="bypass")
+        text = timeline.contents[0].text  # type: ignore[union-attr]
+        assert text.index("Alice adopted a cat named Miso.") < text.index("Alice moved to Lisbon.")  # time order
+        facts = (await client.read_resource(f"epistream://conversations/{conversation}/facts",
+                                            cache_mode="bypass")).contents[0].text  # type: ignore[union-attr]
+        assert "Alice lives in Lisbon" in facts and "Porto" not in facts  # current facts only
+    async with _stdio(unique("mcp-res-other")) as stranger:
+        other = await stranger.read_resource(f"epistream://conversations/{conversation}/timeline", cache_mode="bypass")
+        assert "Lisbon" not in other.contents[0].text  # type: ignore[union-attr]
+
+
 async def test_an_unreachable_stack_is_a_tool_error_not_a_hang(unique):
     closed = _free_port()  # nothing listens there
     env = {"EPISTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{closed}", "EPISTREAM_MCP_TIMEOUT_S": "5",
@@ -179,3 +199,5 @@ async def test_an_unreachable_stack_is_a_tool_error_not_a_hang(unique):
             assert result.is_error, name
             text = result.content[0].text
             assert f"127.0.0.1:{closed}" in text, text  # says which broker it could not reach
+        with pytest.raises(MCPError, match=f"127.0.0.1:{closed}"):
+            await client.read_resource("epistream://conversations/c/timeline", cache_mode="bypass")
