@@ -70,7 +70,8 @@ async def read_context(settings: ClientSettings, question: Question, *, after: l
     del after  # not sent until the client takes it
     time_range = question.time_range
     return await client.context(
-        settings, tenant=question.tenant, question=question.question, budget_tokens=question.budget_tokens or CONTEXT_BUDGET_DEFAULT,
+        settings, tenant=question.tenant, question=question.question,
+        budget_tokens=question.budget_tokens or CONTEXT_BUDGET_DEFAULT,
         since=time_range.start if time_range else None, until=time_range.end if time_range else None,
         conversation_ids=question.conversation_ids, asked_at=question.asked_at, timeout_s=timeout_s,
         tenant_key=tenant_key,
@@ -85,7 +86,8 @@ async def answer(settings: ClientSettings, question: Question, *, after: list[Po
 
 
 async def read_listing(settings: ClientSettings, *, tenant: str, conversation_id: str,
-                       listing: Literal["timeline", "facts"], timeout_s: float, tenant_key: bytes | None) -> MemoryContext:
+                       listing: Literal["timeline", "facts"], timeout_s: float,
+                       tenant_key: bytes | None) -> MemoryContext:
     """One conversation's timeline or current facts (a resource), as much as the largest budget holds."""
     return await client.context(settings, tenant=tenant, question=listing, budget_tokens=CONTEXT_BUDGET_MAX,
                                 conversation_ids=[conversation_id], listing=listing, timeout_s=timeout_s,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Literal, TypeVar
 
@@ -18,7 +18,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from ..contracts import Answer, MemoryContext
+from ..contracts import Answer, MemoryContext, Question
 from ..errors import ContractError
 from ..settings import McpServerSettings
 from . import memory
@@ -38,6 +38,14 @@ and epistream://conversations/<id>/facts (its current facts)."""
 
 ConversationIds = Annotated[list[str] | None, Field(
     description="Only these conversations (default: every conversation of the tenant).")]
+
+
+def _checked(build: Callable[[], T]) -> T:
+    """What `build` makes of a tool's arguments, or the ToolError that says why it cannot."""
+    try:
+        return build()
+    except ArgumentError as exc:
+        raise ToolError(str(exc)) from None
 
 
 def _text(text: str, structured: dict) -> CallToolResult:
@@ -67,6 +75,12 @@ class Tools:
         except ContractError as exc:
             raise error(str(exc)) from None
 
+    async def _read(self, what: str, read: Callable[..., Awaitable[T]], request: Question, timeout_s: float) -> T:
+        """A question's reply, once the ingest side stored what this server wrote to its conversations."""
+        after = self.written.after(request.conversation_ids)
+        return await self._bounded(what, read(self.settings, request, after=after, timeout_s=timeout_s,
+                                              tenant_key=self.key), timeout_s)
+
     async def remember(
         self,
         conversation_id: Annotated[str, Field(description="The conversation the turns belong to.")],
@@ -74,10 +88,7 @@ class Tools:
     ) -> CallToolResult:
         """Store turns of a conversation in long-term memory (memory.turns). They are searchable within
         about a second; gists and facts follow when the conversation's segment closes."""
-        try:
-            records = turns_for(self.tenant, conversation_id, turns, now=datetime.now(UTC))
-        except ArgumentError as exc:
-            raise ToolError(str(exc)) from None
+        records = _checked(lambda: turns_for(self.tenant, conversation_id, turns, now=datetime.now(UTC)))
         positions = await self._bounded("acknowledgement from Kafka", memory.produce(
             self.settings, records, tenant_key=self.key), self.settings.mcp_timeout_s)
         self.written.note(positions)
@@ -97,15 +108,11 @@ class Tools:
     ) -> CallToolResult:
         """The memory most relevant to a question within a token budget (no model call): a prompt-ready
         text block (turns verbatim with their dates, gists, current facts) and its items."""
-        try:
-            request = recall_question(self.tenant, question, budget_tokens=budget_tokens, since=since, until=until,
-                                      conversation_ids=conversation_ids, now=datetime.now(UTC))
-        except ArgumentError as exc:
-            raise ToolError(str(exc)) from None
-        timeout = self.settings.mcp_timeout_s
-        reply: MemoryContext = await self._bounded("memory read", memory.read_context(
-            self.settings, request, after=self.written.after(request.conversation_ids), timeout_s=timeout,
-            tenant_key=self.key), timeout)
+        request = _checked(lambda: recall_question(
+            self.tenant, question, budget_tokens=budget_tokens, since=since, until=until,
+            conversation_ids=conversation_ids, now=datetime.now(UTC)))
+        reply: MemoryContext = await self._read("memory read", memory.read_context, request,
+                                                self.settings.mcp_timeout_s)
         if reply.error:
             raise ToolError(f"the answer worker could not read memory: {reply.error}")
         return _text(reply.text or "(no memory matches)", reply.model_dump(mode="json", exclude_none=True))
@@ -119,15 +126,9 @@ class Tools:
         conversation_ids: ConversationIds = None,
     ) -> CallToolResult:
         """Answer a question from memory, with the evidence (quotes, conversations, turn ids, times)."""
-        try:
-            request = ask_question(self.tenant, question, mode=mode, conversation_ids=conversation_ids,
-                                   now=datetime.now(UTC))
-        except ArgumentError as exc:
-            raise ToolError(str(exc)) from None
-        timeout = self.settings.mcp_ask_timeout_s
-        answer: Answer = await self._bounded("answer", memory.answer(
-            self.settings, request, after=self.written.after(request.conversation_ids), timeout_s=timeout,
-            tenant_key=self.key), timeout)
+        request = _checked(lambda: ask_question(self.tenant, question, mode=mode, conversation_ids=conversation_ids,
+                                                now=datetime.now(UTC)))
+        answer: Answer = await self._read("answer", memory.answer, request, self.settings.mcp_ask_timeout_s)
         if answer.error:
             raise ToolError(f"the answer failed: {answer.error}")
         lines = [answer.answer + (" (abstained: no evidence in memory)" if answer.abstained else "")]
@@ -137,13 +138,11 @@ class Tools:
     async def forget(
         self,
         conversation_id: Annotated[str, Field(description="The conversation to delete, with all derived from it.")],
-        confirm: Annotated[str | None, Field(description="The same conversation id again: forgetting is final.")] = None,
+        confirm: Annotated[str | None, Field(
+            description="The same conversation id again: forgetting is final.")] = None,
     ) -> CallToolResult:
         """Forget a conversation for good: its turns, segments, gists and facts, here and in every rebuild."""
-        try:
-            conversation = confirmed_forget(conversation_id, confirm)
-        except ArgumentError as exc:
-            raise ToolError(str(exc)) from None
+        conversation = _checked(lambda: confirmed_forget(conversation_id, confirm))
         await self._bounded("acknowledgement from Kafka", memory.forget(
             self.settings, tenant=self.tenant, conversation_id=conversation), self.settings.mcp_timeout_s)
         return _text(f"forgot conversation {conversation!r}: the ingest workers delete it as they read the erasure "

@@ -54,7 +54,8 @@ async def _http(tenant: str) -> AsyncIterator[Client]:
     try:
         deadline = time.monotonic() + 60
         while True:
-            assert server.poll() is None, f"the HTTP server exited: {server.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
+            if server.poll() is not None:
+                raise AssertionError(f"the HTTP server exited: {server.communicate()[1].decode()[-2000:]}")
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
@@ -97,21 +98,27 @@ async def _recall(client: Client, phrase: str, conversation: str) -> dict[str, A
                                         "conversation_ids": [conversation]})
 
 
+async def _remembered(client: Client, conversation: str, phrase: str, turns: list[dict[str, Any]]) -> dict[str, Any]:
+    """`remember` the turns; return its result once `recall` sees the one that says `phrase`."""
+    done = await _ok(client, "remember", {"conversation_id": conversation, "turns": turns})
+
+    async def recalled() -> bool:
+        return _mentions(await _recall(client, phrase, conversation), conversation, phrase)
+    await _until(recalled, what=f"recall sees {phrase!r}")
+    return done
+
+
 async def test_stdio_remember_recall_ask_forget(stack, unique):
     tenant, conversation = unique("mcp-stdio"), unique("conv")
     phrase = "a tortoise named Quasimodo"
     async with _stdio(tenant) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}
         assert names == {"remember", "recall", "ask", "forget"}
-        done = await _ok(client, "remember", {"conversation_id": conversation, "turns": [
+        done = await _remembered(client, conversation, phrase, [
             {"speaker": "Ines", "text": f"I keep {phrase} in my garden in Braga.", "time": "2024-05-02T10:00:00+01:00",
              "turn_id": "t1"},
-            {"speaker": "Sam", "text": "How old is the tortoise?", "time": "2024-05-02T10:01:00+01:00"}]})
+            {"speaker": "Sam", "text": "How old is the tortoise?", "time": "2024-05-02T10:01:00+01:00"}])
         assert done["produced"] == 2 and done["turn_ids"][0] == "t1"
-
-        async def recalled() -> bool:
-            return _mentions(await _recall(client, phrase, conversation), conversation, phrase)
-        await _until(recalled, what="recall sees the remembered turn")
         reply = await _recall(client, phrase, conversation)
         assert reply["used_tokens"] <= reply["budget_tokens"] == 500 and phrase in reply["text"]
 
@@ -135,12 +142,7 @@ async def test_http_remember_then_recall_and_bad_arguments(stack, unique):
     tenant, conversation = unique("mcp-http"), unique("conv")
     phrase = "a cello called Rosalind"
     async with _http(tenant) as client:
-        await _ok(client, "remember", {"conversation_id": conversation,
-                                       "turns": [{"speaker": "Ana", "text": f"I play {phrase} every evening."}]})
-
-        async def recalled() -> bool:
-            return _mentions(await _recall(client, phrase, conversation), conversation, phrase)
-        await _until(recalled, what="recall over HTTP sees the remembered turn")
+        await _remembered(client, conversation, phrase, [{"speaker": "Ana", "text": f"I play {phrase} every evening."}])
 
         for name, arguments, reason in [
             ("remember", {"conversation_id": conversation, "turns": []}, "at least one turn"),
@@ -157,12 +159,7 @@ async def test_another_tenants_server_recalls_nothing_of_it(stack, unique):
     tenant, conversation = unique("mcp-own"), unique("conv")
     phrase = "a kite shaped like a heron"
     async with _stdio(tenant) as mine:
-        await _ok(mine, "remember", {"conversation_id": conversation,
-                                     "turns": [{"speaker": "Rui", "text": f"I fly {phrase} on Sundays."}]})
-
-        async def recalled() -> bool:
-            return _mentions(await _recall(mine, phrase, conversation), conversation, phrase)
-        await _until(recalled, what="the owner recalls its turn")
+        await _remembered(mine, conversation, phrase, [{"speaker": "Rui", "text": f"I fly {phrase} on Sundays."}])
     async with _stdio(unique("mcp-other")) as theirs:
         assert not (await _recall(theirs, phrase, conversation))["items"]
 
