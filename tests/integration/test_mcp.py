@@ -18,8 +18,14 @@ from typing import Any
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.types import CallToolResult
+from pydantic import SecretStr
 
-from .conftest import ROOT
+from epistream.claims import tenant_key
+from epistream.contracts import DeadLetter
+from epistream.testing.scripted_llm import ScriptedLLM
+
+from .conftest import ROOT, read_topic
+from .deployments import BASE_PORT, deployments
 from .seed import seed_memory
 
 pytestmark = [pytest.mark.integration]
@@ -198,3 +204,42 @@ async def test_an_unreachable_stack_is_a_tool_error_not_a_hang(unique):
             assert f"127.0.0.1:{closed}" in text, text  # says which broker it could not reach
         with pytest.raises(MCPError, match=f"127.0.0.1:{closed}"):
             await client.read_resource("epistream://conversations/c/timeline", cache_mode="bypass")
+
+
+SECRET = "mcp-claims-secret-" + "x" * 32
+
+
+def _never_called(body: dict) -> tuple[int, str]:
+    return 500, "recall makes no model call"
+
+
+def test_with_claims_on_it_signs_as_its_tenant_and_hears_on_its_own_topic(kafka, unique):
+    """Tenant claims checked (real ingest and answer workers with the operator's secret): a server holding
+    A's key, and not the secret, gets A's turns stored and A's recall answered on A's own reply topic; a
+    server for B holding A's key gets nothing of B's stored."""
+    a, b, conversation = unique("mcp-claims-a"), unique("mcp-claims-b"), unique("conv")
+    phrase = "a lighthouse painted in stripes"
+    key_a = tenant_key(SECRET.encode(), a).hex()
+    with ScriptedLLM(_never_called) as llm, deployments(kafka, 1, tenant_key_secret=SecretStr(SECRET),
+                                                        llm_base_url=llm.base_url) as made:
+        guarded = made[0]
+        assert guarded.cli("tenant", "add", a).returncode == 0  # A's reply topic
+        backend = {k: v for k, v in guarded.env.items() if k != "EPISTREAM_TENANT_KEY_SECRET"} | {
+            "EPISTREAM_MCP_TENANT_KEY": key_a}
+        ingest, answer = guarded.run("ingest", BASE_PORT + 11), guarded.run("answer", BASE_PORT + 12)
+        try:
+            async def drive() -> None:
+                async with _stdio(a, backend) as mine:
+                    await _remembered(mine, conversation, phrase,
+                                      [{"speaker": "Lia", "text": f"I live in {phrase} near Aveiro."}])
+                async with _stdio(b, backend) as spoofing:  # B's server, A's key: B's claim is not proven
+                    await _ok(spoofing, "remember", {"conversation_id": conversation,
+                                                     "turns": [{"speaker": "Mallory", "text": "B was here."}]})
+            asyncio.run(drive())
+            letters = asyncio.run(read_topic(guarded.settings, guarded.settings.topic_dlq,
+                                             lambda k, v: k == conversation.encode(), timeout=60))
+        finally:
+            ingest.stop()
+            answer.stop()
+        assert guarded.turns(a, conversation) == 1 and guarded.turns(b, conversation) == 0
+        assert [DeadLetter.model_validate_json(r.value).error_class for r in letters] == ["ClaimRejected"]
