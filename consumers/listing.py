@@ -1,7 +1,7 @@
 """A conversation's memory as a listing, not a ranking: its gists in the order things happened (the
 timeline) or its current facts, packed into the question's budget as a `context` reply.
 
-A `context` question with ``listing`` set asks for it (the MCP server's resources do): the answer
+A `context` question of one conversation with ``listing`` set asks for it (the MCP server's resources do): the answer
 worker reads it under the tenant's row-level security like every other read, so a client reaches
 these without a database login of its own. The rows come in time order, the earliest first, and the
 packing keeps them in that order until the budget is spent."""
@@ -14,8 +14,9 @@ from typing import Any
 
 from psycopg import sql
 
-from epistream.contracts import CONTEXT_BUDGET_DEFAULT, MemoryContext, Question
+from epistream.contracts import CONTEXT_BUDGET_DEFAULT, MemoryContext, Mode, Question
 from epistream.db import tenant_scope
+from epistream.errors import ContractError
 
 from .context import MetricDeps
 from .packing import fact_candidate, gist_candidate, pack
@@ -47,16 +48,28 @@ LIMIT %(limit)s
 """)
 
 
+class ListingRefused(ContractError):
+    """A listing asked of another mode than `context`, or of other than exactly one conversation."""
+
+
+def check_listing(question: Question) -> str:
+    """The conversation a listing question lists; refused (dead-lettered, the asker told why) unless it
+    is a `context` question of exactly one conversation: a listing another mode would ignore is refused."""
+    if question.mode is not Mode.CONTEXT or len(question.conversation_ids or ()) != 1:
+        raise ListingRefused("a listing is a context read of exactly one conversation (one conversation_ids entry)")
+    assert question.conversation_ids is not None
+    return question.conversation_ids[0]
+
+
 async def read_listing(question: Question, deps: MetricDeps) -> MemoryContext:
-    """The reply to a `context` question with ``listing``: its one conversation's timeline or current
-    facts, in time order, within its budget (the contract checks there is exactly one conversation)."""
+    """The reply to a question with ``listing``: its one conversation's timeline or current facts, in
+    time order, within its budget."""
     started = time.perf_counter()
-    assert question.listing is not None and question.conversation_ids  # Question's validator
+    conversation = check_listing(question)
     budget = question.budget_tokens or CONTEXT_BUDGET_DEFAULT
     statement, candidate = (TIMELINE, gist_candidate) if question.listing == "timeline" else (CURRENT_FACTS,
                                                                                              fact_candidate)
-    params: dict[str, Any] = {"tenant": question.tenant, "conversation": question.conversation_ids[0],
-                              "limit": LISTING_ROWS}
+    params: dict[str, Any] = {"tenant": question.tenant, "conversation": conversation, "limit": LISTING_ROWS}
     async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
         found = await rows(conn, statement, params)
     # Every row ranks by its place in time (rank 1: the earliest); rrf_k 0 keeps the scores readable.

@@ -109,8 +109,10 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
             deps.pool, settings.topic_turns, question.after, timeout_s=settings.read_after_timeout_s,
             metrics=deps.metrics)
         reply: Reply
-        if question.mode is Mode.CONTEXT:
-            reply = await (read_listing if question.listing else read_context)(question, deps)
+        if question.listing is not None:  # one conversation's gists or facts, or refused (consumers/listing.py)
+            reply = await read_listing(question, deps)
+        elif question.mode is Mode.CONTEXT:
+            reply = await read_context(question, deps)
         else:
             reply = await answer_question(question, deps)
         return reply.model_copy(update={"incomplete": incomplete}) if incomplete else reply

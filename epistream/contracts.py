@@ -248,9 +248,7 @@ class Question(Contract):
     time_range: TimeRange | None = None
     #: any mode: read once ingest has stored memory.turns through these (bounded wait; see `incomplete`)
     after: Annotated[list[Position], Field(max_length=1_000)] | None = None
-    #: context mode, one conversation: instead of the memory best for the question, its gists in time
-    #: order ("timeline") or its current facts ("facts"), within the budget (the MCP server's resources)
-    listing: Literal["timeline", "facts"] | None = None
+    listing: Literal["timeline", "facts"] | None = None  # context, one conversation: consumers/listing.py
 
     @model_validator(mode="after")
     def _budget_only_where_read(self) -> Question:
@@ -258,12 +256,6 @@ class Question(Contract):
         if self.mode.value not in CONTEXT_MODES and (self.budget_tokens is not None or self.time_range is not None):
             raise ValueError(f"budget_tokens and time_range apply to the {' and '.join(sorted(CONTEXT_MODES))} modes "
                              f"only, not {self.mode.value}")
-        return self
-
-    @model_validator(mode="after")
-    def _listing_of_one_conversation(self) -> Question:
-        if self.listing is not None and (self.mode is not Mode.CONTEXT or len(self.conversation_ids or ()) != 1):
-            raise ValueError("a listing is a context read of exactly one conversation (one conversation_ids entry)")
         return self
 
 

@@ -412,12 +412,7 @@ class ClientSettings(KafkaSettings, SecuritySettings, SupervisionSettings):
     model_config = _CONFIG
 
 
-class McpServerSettings(ClientSettings, McpSettings):
-    model_config = _CONFIG  # `epistream mcp`: a client's settings and its own (no database, no model)
-
-
-class Settings(ClientSettings, PostgresSettings, ModelSettings, SegmentSettings, RetrievalSettings, WorkerSettings,
-               McpSettings):
+class Settings(ClientSettings, PostgresSettings, ModelSettings, SegmentSettings, RetrievalSettings, WorkerSettings):
     """Every setting of one process: the union of the groups."""
 
     model_config = _CONFIG

@@ -1,7 +1,9 @@
 """The settings group of `epistream mcp` (its own module: epistream/settings.py is at its size limit).
 
-Listed in epistream.settings' GROUPS and part of its `Settings`, like every other group; the same
-flat ``EPISTREAM_*`` names. It repeats settings.py's configuration so it need not import that module."""
+Listed in epistream.settings' GROUPS, so its variables are documented like every other group's, with
+the same flat ``EPISTREAM_*`` names; only the MCP server loads it (with a client's settings:
+epistream.mcp_server.config), so it is not part of the workers' `Settings`. It repeats settings.py's
+configuration so that settings.py can import it."""
 
 from __future__ import annotations
 

@@ -7,30 +7,18 @@ MCP session: on the 2026-07-28 protocol a streamable-HTTP request carries no ses
 stdio server has one client anyway; the server serves one tenant, so whatever it wrote is that
 tenant's, and waiting for another caller's write costs at most the bounded wait.
 
-SWITCH: the client's `produce_turns` and the `after` keyword of `context`/`ask` are not on main yet
-(read-your-own-writes, issue 30). Until they are, `produce` sends through `produce_raw` and learns
-no position, and the reads wait for nothing. The three functions marked SWITCH below are the only
-places to change when they land (and `Position` becomes epistream.contracts.Position)."""
+The positions come from the client's `produce_turns` and go back as the `after` of its `context` and
+`ask` (docs/read-your-writes.md); a reply that could not wait for them says so (`incomplete`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from threading import Lock
 from typing import Literal
 
 from .. import client
-from ..contracts import CONTEXT_BUDGET_DEFAULT, CONTEXT_BUDGET_MAX, Answer, MemoryContext, Question, Turn
+from ..contracts import CONTEXT_BUDGET_DEFAULT, CONTEXT_BUDGET_MAX, Answer, MemoryContext, Position, Question, Turn
 from ..settings import ClientSettings
-
-
-@dataclass(frozen=True)
-class Position:
-    """A conversation's last produced turn on memory.turns (SWITCH: epistream.contracts.Position)."""
-
-    conversation_id: str
-    partition: int
-    offset: int
 
 
 class Written:
@@ -57,32 +45,27 @@ class Written:
 
 
 async def produce(settings: ClientSettings, turns: Sequence[Turn], *, tenant_key: bytes | None) -> dict[str, Position]:
-    """Send the turns (signed for their tenant); per conversation, the position of its last one. SWITCH:
-    ``return await client.produce_turns(settings, list(turns), tenant_key=tenant_key)``."""
-    await client.produce_raw(settings, [(t.conversation_id.encode(), t.to_bytes()) for t in turns],
-                             tenant_key=tenant_key)
-    return {}
+    """Send the turns (signed for their tenant); per conversation, the position of its last one."""
+    return await client.produce_turns(settings, turns, tenant_key=tenant_key)
 
 
 async def read_context(settings: ClientSettings, question: Question, *, after: list[Position], timeout_s: float,
                        tenant_key: bytes | None) -> MemoryContext:
-    """The `context` read of `question` (built by arguments.recall_question). SWITCH: pass ``after=after``."""
-    del after  # not sent until the client takes it
+    """The `context` read of `question` (built by arguments.recall_question), once `after` is stored."""
     time_range = question.time_range
     return await client.context(
         settings, tenant=question.tenant, question=question.question,
         budget_tokens=question.budget_tokens or CONTEXT_BUDGET_DEFAULT,
         since=time_range.start if time_range else None, until=time_range.end if time_range else None,
         conversation_ids=question.conversation_ids, asked_at=question.asked_at, timeout_s=timeout_s,
-        tenant_key=tenant_key,
+        tenant_key=tenant_key, after=after or None,
     )
 
 
 async def answer(settings: ClientSettings, question: Question, *, after: list[Position], timeout_s: float,
                  tenant_key: bytes | None) -> Answer:
-    """Ask `question` and await its answer. SWITCH: pass ``after=after`` (or set it on the question)."""
-    del after
-    return await client.ask(settings, question, timeout_s=timeout_s, tenant_key=tenant_key)
+    """Ask `question` and await its answer, once `after` is stored."""
+    return await client.ask(settings, question, timeout_s=timeout_s, tenant_key=tenant_key, after=after or None)
 
 
 async def read_listing(settings: ClientSettings, *, tenant: str, conversation_id: str,

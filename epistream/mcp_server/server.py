@@ -20,9 +20,9 @@ from pydantic import Field
 
 from ..contracts import Answer, MemoryContext, Question
 from ..errors import ContractError
-from ..settings import McpServerSettings
 from . import memory
 from .arguments import ArgumentError, TurnArgument, ask_question, confirmed_forget, recall_question, turns_for
+from .config import McpServerSettings
 
 log = logging.getLogger(__name__)
 #: The resources' URIs: RESOURCES/<conversation id>/timeline and .../facts.
@@ -46,6 +46,11 @@ def _checked(build: Callable[[], T]) -> T:
         return build()
     except ArgumentError as exc:
         raise ToolError(str(exc)) from None
+
+
+def _incomplete(reason: str | None) -> str:
+    """The warning a reply carries when it could not wait for what this server wrote (never silently stale)."""
+    return "" if reason is None else f"\n(incomplete: {reason})"
 
 
 def _text(text: str, structured: dict) -> CallToolResult:
@@ -115,7 +120,8 @@ class Tools:
                                                 self.settings.mcp_timeout_s)
         if reply.error:
             raise ToolError(f"the answer worker could not read memory: {reply.error}")
-        return _text(reply.text or "(no memory matches)", reply.model_dump(mode="json", exclude_none=True))
+        text = (reply.text or "(no memory matches)") + _incomplete(reply.incomplete)
+        return _text(text, reply.model_dump(mode="json", exclude_none=True))
 
     async def ask(
         self,
@@ -133,7 +139,7 @@ class Tools:
             raise ToolError(f"the answer failed: {answer.error}")
         lines = [answer.answer + (" (abstained: no evidence in memory)" if answer.abstained else "")]
         lines += [f"- {e.time:%Y-%m-%d} {e.conversation_id}: {e.quote}" for e in answer.evidence]
-        return _text("\n".join(lines), answer.model_dump(mode="json", exclude_none=True))
+        return _text("\n".join(lines) + _incomplete(answer.incomplete), answer.model_dump(mode="json", exclude_none=True))
 
     async def forget(
         self,

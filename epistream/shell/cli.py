@@ -303,7 +303,7 @@ def _forget_through_kafka(args: argparse.Namespace) -> int:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     from ..mcp_server.arguments import ArgumentError, served_tenant
-    from ..settings import McpServerSettings
+    from ..mcp_server.config import McpServerSettings
 
     settings = load_settings(McpServerSettings)
     try:

@@ -12,12 +12,11 @@ from datetime import UTC, datetime
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from epistream.consumers.listing import read_listing
+from epistream.consumers.listing import ListingRefused, check_listing, read_listing
 from epistream.consumers.retrieval import Recipes
-from epistream.contracts import MemoryContext, Mode, Question, validated
+from epistream.contracts import MemoryContext, Mode, Question
 from epistream.db import create_pool
 from epistream.embeddings import Embedder
-from epistream.errors import ContractError
 from epistream.metrics import Metrics
 
 from .seed import KNOWN_OUTPUT, seed_memory
@@ -94,7 +93,8 @@ def test_the_budget_cuts_the_timeline_from_its_end(postgres, seeded):
 
 def test_a_listing_needs_exactly_one_conversation_and_the_context_mode():
     base = {"question_id": "q", "tenant": "t", "question": "timeline", "listing": "timeline"}
+    assert check_listing(Question(**base, mode=Mode.CONTEXT, conversation_ids=["a"])) == "a"
     for fields in ({"mode": Mode.CONTEXT}, {"mode": Mode.CONTEXT, "conversation_ids": ["a", "b"]},
                    {"mode": Mode.FAST, "conversation_ids": ["a"]}):
-        with pytest.raises(ContractError, match="exactly one conversation"):
-            validated(Question, what="question", **base, **fields)
+        with pytest.raises(ListingRefused, match="exactly one conversation"):
+            check_listing(Question(**base, **fields))

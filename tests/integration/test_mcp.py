@@ -87,8 +87,6 @@ async def _ok(client: Client, name: str, arguments: dict[str, Any]) -> dict[str,
 
 
 async def _until(check: Callable[[], Awaitable[bool]], *, timeout: float = 60.0, what: str) -> None:
-    # SWITCH (read-your-own-writes): until the client's produce_turns/after land, a recall may race the
-    # ingest worker, so these tests wait for what becomes, with them, true at the first read.
     deadline = time.monotonic() + timeout
     while not await check():
         assert time.monotonic() < deadline, f"not within {timeout:.0f}s: {what}"
@@ -105,13 +103,21 @@ async def _recall(client: Client, phrase: str, conversation: str) -> dict[str, A
 
 
 async def _remembered(client: Client, conversation: str, phrase: str, turns: list[dict[str, Any]]) -> dict[str, Any]:
-    """`remember` the turns; return its result once `recall` sees the one that says `phrase`."""
+    """`remember` the turns, then `recall` at once: the read waits for them (read-your-own-writes), so it
+    must see the one that says `phrase`, and say it is complete. Returns remember's result."""
     done = await _ok(client, "remember", {"conversation_id": conversation, "turns": turns})
-
-    async def recalled() -> bool:
-        return _mentions(await _recall(client, phrase, conversation), conversation, phrase)
-    await _until(recalled, what=f"recall sees {phrase!r}")
+    reply = await _recall(client, phrase, conversation)
+    assert _mentions(reply, conversation, phrase) and "incomplete" not in reply, reply
     return done
+
+
+async def test_a_recall_right_after_each_remember_sees_it_100_of_100(stack, unique):
+    tenant = unique("mcp-ryow")
+    async with _stdio(tenant) as client:
+        for n in range(100):  # a conversation each: its recall finds the turn only if it is stored
+            phrase = f"parcel {n} to Faro"
+            done = await _remembered(client, unique(f"conv-{n}"), phrase, [{"speaker": "Lia", "text": f"I sent {phrase}."}])
+            assert [p["offset"] >= 0 for p in done["positions"]] == [True]
 
 
 async def test_stdio_remember_recall_ask_forget(stack, unique):

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from epistream.contracts import Mode
+from epistream.contracts import Mode, Position
 from epistream.mcp_server.arguments import (
     MAX_TURNS,
     ArgumentError,
@@ -20,8 +20,8 @@ from epistream.mcp_server.arguments import (
     served_tenant,
     turns_for,
 )
-from epistream.mcp_server.memory import Position, Written
-from epistream.settings import McpServerSettings
+from epistream.mcp_server.config import McpServerSettings
+from epistream.mcp_server.memory import Written
 
 NOW = datetime(2024, 3, 27, 12, 0, tzinfo=UTC)
 
@@ -88,12 +88,15 @@ def test_a_served_tenant_must_be_a_tenant_name():
 
 
 def test_written_positions_keep_the_latest_per_conversation():
+    def at(conversation: str, partition: int, offset: int) -> Position:
+        return Position(conversation_id=conversation, partition=partition, offset=offset)
+
     written = Written()
-    written.note({"a": Position("a", 1, 10), "b": Position("b", 2, 5)})
-    written.note({"a": Position("a", 1, 7)})  # an older acknowledgement arriving late lowers nothing
-    written.note({"b": Position("b", 2, 9)})
-    assert written.after(["a", "c"]) == [Position("a", 1, 10)]
-    assert sorted(written.after(None), key=lambda p: p.conversation_id) == [Position("a", 1, 10), Position("b", 2, 9)]
+    written.note({"a": at("a", 1, 10), "b": at("b", 2, 5)})
+    written.note({"a": at("a", 1, 7)})  # an older acknowledgement arriving late lowers nothing
+    written.note({"b": at("b", 2, 9)})
+    assert written.after(["a", "c"]) == [at("a", 1, 10)]
+    assert sorted(written.after(None), key=lambda p: p.conversation_id) == [at("a", 1, 10), at("b", 2, 9)]
 
 
 def test_the_tenant_key_setting_must_be_hex(monkeypatch):
