@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..settings import ClientSettings, Settings, SettingsError, load_settings
 from .access import add_access_commands
+from .mcp import add_mcp_command
 from .output import fail_loudly, print_answer, print_rows, unhealthy
 
 if TYPE_CHECKING:
@@ -301,25 +302,6 @@ def _forget_through_kafka(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_mcp(args: argparse.Namespace) -> int:
-    from ..mcp_server.arguments import ArgumentError, served_tenant
-    from ..mcp_server.config import McpServerSettings
-
-    settings = load_settings(McpServerSettings)
-    try:
-        tenant = served_tenant(args.tenant or settings.mcp_tenant)
-    except ArgumentError as exc:
-        print(f"epistream mcp: {exc}", file=sys.stderr)
-        return 2
-    try:
-        from ..mcp_server.server import serve
-    except ImportError as exc:  # the SDK is the `mcp` extra, not the base install
-        print(f"epistream mcp needs the MCP SDK ({exc.name}): pip install 'epistream[mcp]'", file=sys.stderr)
-        return 2
-    serve(settings, tenant=tenant, transport=args.transport, host=args.host, port=args.port)
-    return 0
-
-
 def cmd_prometheus(args: argparse.Namespace) -> int:
     from epistream.infra import prometheus_server
 
@@ -419,14 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--whole-tenant", action="store_true", help="forget every conversation of the tenant")
     p.set_defaults(func=cmd_forget)
 
-    p = sub.add_parser("mcp", help="an MCP server for agents (remember, recall, ask, forget) for one tenant, "
-                                   "over stdio or streamable HTTP (docs/mcp.md)")
-    p.add_argument("--tenant", help="the tenant it serves (default: EPISTREAM_MCP_TENANT)")
-    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    p.add_argument("--host", default="127.0.0.1", help="HTTP: the address to listen on")
-    p.add_argument("--port", type=int, default=8765, help="HTTP: the port (the endpoint is /mcp)")
-    p.set_defaults(func=cmd_mcp)
-
+    add_mcp_command(sub)
     add_access_commands(sub)
 
     p = sub.add_parser("prometheus", help="a local Prometheus scraping the workers, with the alert rules")
