@@ -37,11 +37,18 @@ class Written:
                     self._latest[conversation_id] = position
 
     def after(self, conversation_ids: Sequence[str] | None) -> list[Position]:
-        """The positions a read of these conversations (None: all of them) must wait for."""
+        """The positions a read of these conversations (None: all of them) must wait for: the latest of
+        each partition, since stored through an offset is stored through every earlier one of its
+        partition (epistream/watermarks.py); so never more than the topic's partitions, whatever the
+        number of conversations (a question carries at most 1,000)."""
         with self._lock:
-            if conversation_ids is None:
-                return list(self._latest.values())
-            return [self._latest[c] for c in conversation_ids if c in self._latest]
+            wanted = self._latest.values() if conversation_ids is None else (
+                self._latest[c] for c in conversation_ids if c in self._latest)
+            latest: dict[int, Position] = {}
+            for position in wanted:
+                if position.partition not in latest or position.offset > latest[position.partition].offset:
+                    latest[position.partition] = position
+            return sorted(latest.values(), key=lambda p: p.partition)
 
 
 async def produce(settings: ClientSettings, turns: Sequence[Turn], *, tenant_key: bytes | None) -> dict[str, Position]:

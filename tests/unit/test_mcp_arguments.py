@@ -87,7 +87,7 @@ def test_a_served_tenant_must_be_a_tenant_name():
         served_tenant("nul\x00")
 
 
-def test_written_positions_keep_the_latest_per_conversation():
+def test_written_positions_keep_the_latest_per_conversation_and_a_read_waits_for_one_a_partition():
     def at(conversation: str, partition: int, offset: int) -> Position:
         return Position(conversation_id=conversation, partition=partition, offset=offset)
 
@@ -96,7 +96,11 @@ def test_written_positions_keep_the_latest_per_conversation():
     written.note({"a": at("a", 1, 7)})  # an older acknowledgement arriving late lowers nothing
     written.note({"b": at("b", 2, 9)})
     assert written.after(["a", "c"]) == [at("a", 1, 10)]
-    assert sorted(written.after(None), key=lambda p: p.conversation_id) == [at("a", 1, 10), at("b", 2, 9)]
+    assert written.after(None) == [at("a", 1, 10), at("b", 2, 9)]
+    # One position a partition: the latest covers the earlier ones, however many conversations there are.
+    written.note({f"c{n}": at(f"c{n}", 1, n) for n in range(2_000)})
+    assert written.after(None) == [at("c1999", 1, 1999), at("b", 2, 9)]
+    assert written.after(["a", "c5"]) == [at("a", 1, 10)]
 
 
 def test_the_tenant_key_setting_must_be_hex(monkeypatch):
