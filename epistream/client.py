@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -28,6 +28,7 @@ from .contracts import (
 )
 from .erasure import publish_forgotten
 from .kafka_io import create_consumer, create_producer, partitions_of
+from .memory_events import MemoryEvent, events_topic_for
 from .replies import tenant_reply_topic
 from .settings import ClientSettings
 
@@ -201,3 +202,31 @@ async def forget(settings: ClientSettings, *, tenant: str, conversation_id: str 
     record = ForgetRecord(tenant=tenant, conversation_id=conversation_id, forgotten_at=datetime.now(UTC))
     await publish_forgotten(settings, record)
     return record
+
+
+async def events(settings: ClientSettings, *, tenant: str, from_beginning: bool = False,
+                 tenant_key: bytes | None = None) -> AsyncIterator[MemoryEvent]:
+    """Tenant `tenant`'s memory events (docs/events.md) as they come, from now on (or from the oldest the
+    topic keeps): its own events topic where claims are checked (a backend with its `tenant_key`), else
+    the shared one, filtered to the tenant. Delivery is at least once: drop an `event_id` seen before."""
+    check = ClaimCheck.from_settings(settings)
+    topic = events_topic_for(settings, tenant, own=tenant_key is not None or check.enforced)
+    consumer = create_consumer(settings, enable_auto_commit=False, group_id=None)
+    await _start(consumer)
+    try:
+        partitions = [TopicPartition(topic, p) for p in await partitions_of(settings, topic)]
+        consumer.assign(partitions)
+        if from_beginning:
+            await consumer.seek_to_beginning(*partitions)
+        else:
+            await consumer.seek_to_end(*partitions)
+        for tp in partitions:
+            await consumer.position(tp)  # the start is fixed here, before the first event is awaited
+        while True:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                for record in records:
+                    event = MemoryEvent.from_bytes(record.value)
+                    if event.tenant == tenant:
+                        yield event
+    finally:
+        await consumer.stop()

@@ -121,6 +121,7 @@ class KafkaSettings(BaseSettings):
         "memory.forgotten", description="Compacted topic of forgotten conversations, read by every worker before memory.turns."
     )
     topic_health: str = Field("epistream.health", description="Topic the Kafka health probe writes to and reads back.")
+    topic_events: str = Field("memory.events", description="Memory events; with claims checked, this name.<tenant>.")
     # -1 (forever) or a positive number of days: Kafka's retention.ms, set on create and on every start.
     turns_retention_days: float = Field(
         -1, description="How long memory.turns and memory.segments (the enrich worker's queue) keep a record, in days "
@@ -266,7 +267,7 @@ class SegmentSettings(BaseSettings):
     segment_overlap: float = Field(0.10, description="Share of the budget carried into the next segment.")
     segment_max_gap_s: float = Field(6 * 3600, description="A longer gap between turns closes the segment.")
     segment_idle_s: float = Field(300.0, description="Close a conversation's open segment after this idle time.")
-    segment_check_every_s: float = Field(5.0, description="How often idle segments and the outbox are checked.")
+    segment_check_every_s: float = Field(5.0, description="How often idle segments and the outboxes (segments, memory events) are checked.")
     enrich_concurrency: int = Field(1, description="Segments enriched at once per worker.")
     enrich_retry_every_s: float = Field(
         5.0, description="During a model outage: first pause before a probe call, and how often waiting segments are retried."
@@ -360,6 +361,7 @@ class WorkerSettings(BaseSettings):
         description="Longest wait of the answer worker for a question's `after` positions to be stored; past it "
         "the read goes ahead and its reply says it is incomplete (docs/read-your-writes.md).",
     )
+    events_keep_s: float = Field(3600.0, ge=0, description="How long a published memory event stays in its outbox.")
 
 
 class SecuritySettings(BaseSettings):

@@ -23,6 +23,7 @@ from epistream.settings import Settings
 
 from . import erasure, housekeeping, outbox
 from .delivery import settle
+from .event_relay import EventRelay
 from .ingest import IngestResult, ingest_batch
 from .records import RawRecord
 from .reembed import reembed_round
@@ -119,6 +120,13 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
             await settle(events, to_record=RawRecord.from_faust, ingest=ingest_records, send_dead=send_dead,
                          publish=publish, ack=stream.ack, metrics=metrics,
                          max_request_size=app.conf.producer_max_request_size)
+            relay.wake()  # the batch's memory events are committed: out with them
+
+    relay = EventRelay(settings, lambda: resources.shared.pool if resources.shared else None, metrics)
+
+    @app.task
+    async def relay_events() -> None:
+        await relay.run()
 
     forgotten_topic = app.topic(settings.topic_forgotten, key_serializer="raw", value_serializer="raw")
 
@@ -130,6 +138,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
             record = parse_forgotten(value)
             if record is not None:
                 await erasure.apply_arriving(resources.pool, record, metrics)
+                relay.wake()
 
     async def send_close(key: bytes, value: bytes, tenant: str) -> None:
         # Signed like any record on memory.turns: the workers hold the secret tenant keys derive from.

@@ -25,6 +25,7 @@ from epistream.settings import Settings
 from . import erasure
 from .breaker import CircuitBreaker
 from .enrich import STAGE, EnrichDeps, EnrichOutcome, enrich_segment, retry_waiting
+from .event_relay import EventRelay
 from .records import RawRecord
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,12 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         await dead_letter(send_dead, metrics, record, stage=STAGE, error=outcome.error,
                           attempts=settings.llm_max_retries + 1)
 
+    relay = EventRelay(settings, lambda: resources.shared.pool if resources.shared else None, metrics)
+
+    @app.task
+    async def relay_events() -> None:
+        await relay.run()
+
     @app.agent(segments_topic, name="enrich", concurrency=settings.enrich_concurrency)
     async def enrich(stream: faust.StreamT[bytes]) -> None:
         # Acknowledged by hand, only once the segment is enriched, waiting in the store or
@@ -114,6 +121,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
                 if outcome.error is not None:
                     await letter(record, outcome)
             await manual.ack(event)
+            relay.wake()  # what the enrichment stored is committed, its events with it
 
     @app.timer(interval=settings.enrich_retry_every_s)
     async def resume_waiting() -> None:
@@ -129,6 +137,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
             await retry_waiting(resources.deps, on_failed=dead)
         except Exception:  # the next tick retries; a timer that raises would stop the worker
             log.exception("retrying waiting segments failed")
+        relay.wake()
         await report_lag(settings, metrics, settings.enrich_group, [settings.topic_segments])
 
 

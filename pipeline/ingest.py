@@ -29,7 +29,7 @@ from epistream.watermarks import Through, advance, through_of
 
 from .records import RawRecord
 from .segmenter import SegmenterConfig
-from .store import segments
+from .store import events, segments
 from .store.tombstones import guard, is_forgotten
 from .store.turns import upsert_turns
 
@@ -266,6 +266,8 @@ async def _write(conn: AsyncConnection, items: list[Item], vector_of: dict[int, 
             # Holds off a concurrent forget of these conversations until this transaction commits.
             forgotten = await guard(conn, tenant, [t.conversation_id for _, t in items if t.tenant == tenant])
             run: list[tuple[Turn, RawRecord]] = []
+            written: list[tuple[Turn, RawRecord, str]] = []
+            closed_before = len(result.closed_segments)
             for record, decoded in (i for i in items if i[1].tenant == tenant):
                 if isinstance(decoded, Turn):
                     if is_forgotten(forgotten, decoded.conversation_id):
@@ -273,28 +275,35 @@ async def _write(conn: AsyncConnection, items: list[Item], vector_of: dict[int, 
                     else:
                         run.append((decoded, record))
                     continue
-                await _write_turns(conn, run, vector_of, segmenter, result)
+                written += await _write_turns(conn, run, vector_of, segmenter, result)
                 run = []
                 if segmenter is not None and not is_forgotten(forgotten, decoded.conversation_id):
                     result.closed_segments.extend(await segments.close_if_idle(
                         conn, tenant, decoded.conversation_id, decoded.after_turn_id, segmenter))
-            await _write_turns(conn, run, vector_of, segmenter, result)
+            written += await _write_turns(conn, run, vector_of, segmenter, result)
+            # Announced in this transaction: the events exist exactly when what they announce committed.
+            await events.add(conn, await events.turns_stored(conn, tenant, written))
+            await events.add(conn, await events.segments_closed(
+                conn, tenant, [sid for _, sid in result.closed_segments[closed_before:]]))
 
 
 async def _write_turns(conn: AsyncConnection, run: list[tuple[Turn, RawRecord]], vector_of: dict[int, np.ndarray],
-                       segmenter: SegmenterConfig | None, result: IngestResult) -> None:
+                       segmenter: SegmenterConfig | None, result: IngestResult) -> list[tuple[Turn, RawRecord, str]]:
+    """Store a run of turns and advance their segmenters; return each turn with its record and outcome."""
     if not run:
-        return
+        return []
     turns = [t for t, _ in run]
     vectors = np.stack([vector_of[id(t)] for t in turns])
     outcomes = await upsert_turns(conn, turns, vectors, [r for _, r in run])
     result.stored.extend(turns)
     result.outcomes.extend(outcomes)
+    written = [(t, r, o) for (t, r), o in zip(run, outcomes, strict=True)]
     if segmenter is None:
-        return
+        return written
     inserted = [t for t, o in zip(turns, outcomes, strict=True) if o == "inserted"]
     result.closed_segments.extend(await segments.advance(conn, inserted, segmenter))
     # A corrected turn (same id, new content) of a closed segment: that segment is rebuilt and
     # goes back through the outbox to be enriched again.
     corrected = [t for t, o in zip(turns, outcomes, strict=True) if o == "updated"]
     result.closed_segments.extend(await segments.rebuild_containing(conn, corrected))
+    return written
