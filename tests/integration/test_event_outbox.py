@@ -1,7 +1,7 @@
 """The memory-event outbox with real PostgreSQL and Kafka: an event exists only once the transaction of
-its change committed (a rolled-back forget leaves none to publish), and events the relay could not
+its change committed (a rolled-back forget leaves none to publish), events the relay could not
 deliver while the broker was unreachable stay in the outbox, unmarked, and go out in their order once
-it is back (read with kafka-python)."""
+it is back (read with kafka-python), and published ones are pruned after events_keep_s."""
 
 from __future__ import annotations
 
@@ -81,6 +81,9 @@ async def test_a_rolled_back_change_leaves_no_event_and_the_relay_publishes_none
         await forget(conn, tenant, conversation)
         await forget(conn, tenant, conversation)  # done again: changes nothing, announces nothing
     assert await _outbox(pool, tenant) == [(conversation, False)]
+    # The prune takes published events only: this one waits for its relay, however old.
+    await EventRelay(kafka.with_overrides(events_keep_s=0), lambda: pool, Metrics.create()).prune()
+    assert await _outbox(pool, tenant) == [(conversation, False)]
 
 
 async def test_events_left_by_a_broker_outage_go_out_in_order_once_it_is_back(kafka, pool, unique):
@@ -111,3 +114,9 @@ async def test_events_left_by_a_broker_outage_go_out_in_order_once_it_is_back(ka
     assert [(e["kind"], e["conversation_id"], e["scope"]) for e in events] == [
         ("conversation_forgotten", c, "conversation") for c in conversations]
     assert len({e["event_id"] for e in events}) == 3
+    # Published, they leave the outbox once older than events_keep_s: the table stays bounded.
+    keeping = EventRelay(settings, lambda: pool, Metrics.create())
+    await keeping.prune()
+    assert len(await _outbox(pool, tenant)) == 3  # within the hour kept by default
+    await EventRelay(settings.with_overrides(events_keep_s=0), lambda: pool, Metrics.create()).prune()
+    assert await _outbox(pool, tenant) == []
