@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from itertools import groupby
+from itertools import groupby, takewhile
 
 from aiokafka import AIOKafkaProducer
 from psycopg import AsyncConnection
@@ -34,8 +34,9 @@ from .store import events
 
 log = logging.getLogger(__name__)
 
-#: Sends (topic, key, value) and returns once the broker acknowledged it; raises if it never does.
-Send = Callable[[str, bytes, bytes], Awaitable[object]]
+#: Hands (topic, key, value) to the producer and returns its delivery: an awaitable that completes once the
+#: broker acknowledged it, or raises if it never does.
+Enqueue = Callable[[str, bytes, bytes], Awaitable[Awaitable[object]]]
 
 # One key for every relay of a database ("evnt"), session-level: held across the round's transactions.
 _LOCK_KEY = 0x6576_6E74
@@ -49,11 +50,11 @@ class EventRelay:
     """A worker's relay. `pool_of` gives the worker's pool once its resources are open (None before)."""
 
     def __init__(self, settings: Settings, pool_of: Callable[[], AsyncConnectionPool | None], metrics: Metrics,
-                 *, send: Send | None = None, topic_exists: Callable[[str], Awaitable[bool]] | None = None) -> None:
+                 *, enqueue: Enqueue | None = None, topic_exists: Callable[[str], Awaitable[bool]] | None = None) -> None:
         self.settings = settings
         self.metrics = metrics
         self._pool_of = pool_of
-        self._send = send or self._send_with_producer
+        self._enqueue = enqueue or self._enqueue_with_producer
         self._own_topics = ClaimCheck.from_settings(settings).enforced
         self._topics = TopicDirectory(self._list_topics)
         self._topic_exists = topic_exists or self._topics.exists
@@ -116,13 +117,25 @@ class EventRelay:
                     continue
                 async with tenant_scope(conn, tenant):
                     rows = await events.load(conn, tenant, [seq for _, seq in run])
-                for seq, key, payload in rows:
-                    await self._send(topic, key.encode(), json.dumps(payload, separators=(",", ":")).encode())
-                    async with tenant_scope(conn, tenant):
-                        await events.mark_published(conn, tenant, seq)
-                    published += 1
+                published += await self._deliver(conn, tenant, topic, rows)
             if len(pending) < BATCH and not newly_skipped:
                 return published
+
+    async def _deliver(self, conn: AsyncConnection, tenant: str, topic: str, rows: list[tuple[int, str, dict]]) -> int:
+        """Send the rows (in order: the producer is idempotent, so one partition keeps their order), then
+        mark published those the broker acknowledged, up to the first it did not (raised after the marks)."""
+        deliveries = [await self._enqueue(topic, key.encode(), json.dumps(payload, separators=(",", ":")).encode())
+                      for _, key, payload in rows]
+        outcomes = await asyncio.gather(*deliveries, return_exceptions=True)
+        acked = list(takewhile(lambda pair: not isinstance(pair[1], BaseException), zip(rows, outcomes, strict=True)))
+        if acked:
+            async with tenant_scope(conn, tenant):
+                await events.mark_published(conn, tenant, [row[0] for row, _ in acked])
+        failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failed is not None:
+            self._topics.invalidate()  # the topic may be gone (a tenant removed): looked up again next round
+            raise failed
+        return len(acked)
 
     async def prune(self) -> int:
         pool = self._pool_of()
@@ -133,7 +146,7 @@ class EventRelay:
         self._pruned_at = time.monotonic()
         return pruned
 
-    async def _send_with_producer(self, topic: str, key: bytes, value: bytes) -> None:
+    async def _enqueue_with_producer(self, topic: str, key: bytes, value: bytes) -> Awaitable[object]:
         if self._producer is None:
             producer = create_producer(self.settings)
             try:
@@ -142,7 +155,7 @@ class EventRelay:
                 await producer.stop()
                 raise
             self._producer = producer
-        await self._producer.send_and_wait(topic, key=key, value=value)
+        return await self._producer.send(topic, key=key, value=value)
 
     async def _list_topics(self) -> set[str]:
         admin = create_admin(self.settings)

@@ -23,16 +23,13 @@ NOW = "SELECT now()"  # the transaction's start: every event of one transaction 
 CLOSED_SEGMENTS = """
 SELECT segment_id, conversation_id, turn_ids FROM memory.segments WHERE tenant = %s AND segment_id = ANY(%s)
 """
-# The current fact of each (subject, predicate): memory.current_facts is the one definition of "current".
-CURRENT_FACTS = """
-SELECT c.subject_id, c.predicate, c.fact_id FROM memory.current_facts c
-JOIN unnest(%s::text[], %s::text[]) AS k(subject_id, predicate)
-  ON c.subject_id = k.subject_id AND c.predicate = k.predicate
-WHERE c.tenant = %s
-"""
+# The current fact of one (subject, predicate): memory.current_facts is the one definition of "current".
+# One key at a time: constants reach the view's DISTINCT ON (an index probe), where a join with a list of
+# keys made PostgreSQL rank every fact of the tenant.
+CURRENT_FACT = "SELECT fact_id FROM memory.current_facts WHERE tenant = %s AND subject_id = %s AND predicate = %s"
 UNPUBLISHED = "SELECT tenant, seq FROM memory.unpublished_events(%s, %s)"
 LOAD = "SELECT seq, conversation_id, payload FROM memory.event_outbox WHERE tenant = %s AND seq = ANY(%s) ORDER BY seq"
-MARK_PUBLISHED = "UPDATE memory.event_outbox SET published_at = now() WHERE tenant = %s AND seq = %s"
+MARK_PUBLISHED = "UPDATE memory.event_outbox SET published_at = now() WHERE tenant = %s AND seq = ANY(%s)"
 PRUNE = "SELECT memory.prune_published_events(%s::interval)"
 
 #: (subject_id, predicate): what a fact is current for.
@@ -96,10 +93,12 @@ async def segments_closed(conn: AsyncConnection, tenant: str, segment_ids: Seque
 
 async def current_facts(conn: AsyncConnection, tenant: str, keys: Sequence[FactKey]) -> dict[FactKey, str]:
     """The current fact id of each (subject, predicate) that has one."""
-    if not keys:
-        return {}
-    cur = await conn.execute(CURRENT_FACTS, ([k[0] for k in keys], [k[1] for k in keys], tenant))
-    return {(r[0], r[1]): r[2] for r in await cur.fetchall()}
+    current = {}
+    for key in keys:
+        row = await (await conn.execute(CURRENT_FACT, (tenant, *key))).fetchone()
+        if row is not None:
+            current[key] = str(row[0])
+    return current
 
 
 def superseded(tenant: str, conversation_id: str, at: datetime, before: dict[FactKey, str],
@@ -123,8 +122,8 @@ async def load(conn: AsyncConnection, tenant: str, seqs: Sequence[int]) -> list[
     return [(int(r[0]), str(r[1]), r[2]) for r in await cur.fetchall()]
 
 
-async def mark_published(conn: AsyncConnection, tenant: str, seq: int) -> None:
-    await conn.execute(MARK_PUBLISHED, (tenant, seq))
+async def mark_published(conn: AsyncConnection, tenant: str, seqs: Sequence[int]) -> None:
+    await conn.execute(MARK_PUBLISHED, (tenant, list(seqs)))
 
 
 async def prune(conn: AsyncConnection, keep_s: float) -> int:
