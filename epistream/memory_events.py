@@ -33,7 +33,7 @@ class MemoryEvent(Contract):
     kind: EventKind
     tenant: Identifier
     conversation_id: Identifier | None = Field(None, description="None only for a whole-tenant forget.")
-    occurred_at: Instant = Field(description="When the change committed (its transaction's time).")
+    occurred_at: Instant = Field(description="The time of the transaction that made the change (its start).")
     # turns_stored: the turns of this conversation in one stored chunk, through this Kafka position.
     partition: int | None = Field(None, description="turns_stored: memory.turns partition of the last turn.")
     offset: int | None = Field(None, description="turns_stored: its offset: stored through here.")
