@@ -46,6 +46,7 @@ class Metrics:
     reembedded: Counter
     read_after_wait_seconds: Histogram
     reads_incomplete: Counter
+    memory_events_published: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -176,6 +177,11 @@ class Metrics:
             reembedded=Counter(
                 "epistream_reembedded_rows_total",
                 "Stored vectors re-embedded with the configured embedding model, by kind.",
+                ["kind"], registry=reg,
+            ),
+            memory_events_published=Counter(
+                "epistream_memory_events_published_total",
+                "Memory events the relay delivered from the outbox to Kafka, by kind (docs/events.md).",
                 ["kind"], registry=reg,
             ),
             task_failures=Counter(

@@ -131,6 +131,8 @@ class EventRelay:
         if acked:
             async with tenant_scope(conn, tenant):
                 await events.mark_published(conn, tenant, [row[0] for row, _ in acked])
+            for (_, _, payload), _ in acked:
+                self.metrics.memory_events_published.labels(str(payload.get("kind"))).inc()
         failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
         if failed is not None:
             self._topics.invalidate()  # the topic may be gone (a tenant removed): looked up again next round

@@ -109,6 +109,9 @@ async def test_events_left_by_a_broker_outage_go_out_in_order_once_it_is_back(ka
         await _relay_rounds(back, tenant, pool)
     finally:
         await back.close()
+    published = back.metrics.registry.get_sample_value("epistream_memory_events_published_total",
+                                                        {"kind": "conversation_forgotten"})
+    assert published is not None and published >= 3
     assert await _outbox(pool, tenant) == [(c, True) for c in conversations]
     events = await asyncio.to_thread(_read_events, settings.kafka_bootstrap, settings.topic_events, tenant, 3)
     assert [(e["kind"], e["conversation_id"], e["scope"]) for e in events] == [
