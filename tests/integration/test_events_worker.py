@@ -3,7 +3,7 @@ kafka-python: a conversation's turns are stored (through the Kafka position of i
 segment closes, is enriched (the ids of its gists and facts), a later segment's fact supersedes the
 earlier one, and the conversation is forgotten: each of the five kinds is seen, with the ids the
 database holds. With tenant claims checked, a tenant's events go to its own topic only, which
-`epistream tenant add` creates."""
+`epistream tenant add` creates; a tenant not onboarded yet has its events wait in the outbox."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from epistream.memory_events import tenant_events_topic
 from epistream.settings import Settings
 from epistream.testing.scripted_llm import ScriptedLLM
 
+from .conftest import wait_for
 from .deployments import BASE_PORT, deployments
 from .helpers import T0, make_turns, produce_turns
 from .scripted_worker import scripted_worker as scripted_worker_process
@@ -134,7 +135,7 @@ SECRET = "events-claims-secret-" + "x" * 32
 
 
 def test_with_claims_checked_a_tenant_reads_only_its_own_events_topic(kafka, unique):
-    a, b = unique("tenant-a"), unique("tenant-b")
+    a, b, late = unique("tenant-a"), unique("tenant-b"), unique("tenant-late")
     with ScriptedLLM(_script) as llm, deployments(kafka, 1, name="evclaims", tenant_key_secret=SecretStr(SECRET),
                                                   extractor_base_url=llm.base_url, llm_max_retries=1) as (guarded,):
         settings = guarded.settings
@@ -144,7 +145,7 @@ def test_with_claims_checked_a_tenant_reads_only_its_own_events_topic(kafka, uni
             assert f"# memory events: {tenant_events_topic(settings.topic_events, tenant)}" in onboarded.stdout
         worker = guarded.run("ingest", BASE_PORT + 12)
         try:
-            for tenant in (a, b):
+            for tenant in (late, a, b):  # `late` is not onboarded yet: it has no events topic
                 turns: list[Turn] = make_turns(tenant, unique("conv"), [("Iris", f"{tenant} says hello.")])
                 asyncio.run(produce_raw(settings, [(t.conversation_id.encode(), t.to_bytes()) for t in turns],
                                         tenant_key=tenant_key(SECRET.encode(), tenant)))
@@ -152,9 +153,22 @@ def test_with_claims_checked_a_tenant_reads_only_its_own_events_topic(kafka, uni
                             lambda found: _of(found, "turns_stored"))
             own_b = _events(settings, tenant_events_topic(settings.topic_events, b),
                             lambda found: _of(found, "turns_stored"))
+            # The late tenant's event waits in the outbox (it held up no one else) until it is onboarded.
+            def waiting() -> list[tuple]:
+                with psycopg.connect(guarded.admin_url) as conn:
+                    return conn.execute("SELECT published_at FROM memory.event_outbox WHERE tenant = %s",
+                                        (late,)).fetchall()
+
+            wait_for(lambda: waiting() == [(None,)], timeout=60, what="the late tenant's event in the outbox")
+            time.sleep(2 * settings.events_relay_every_s)  # relay rounds pass: it stays there
+            assert waiting() == [(None,)]
+            assert guarded.cli("tenant", "add", late).returncode == 0
+            own_late = _events(settings, tenant_events_topic(settings.topic_events, late),
+                               lambda found: _of(found, "turns_stored"))
         finally:
             worker.stop()
         assert {e["tenant"] for e in own_a} == {a} and {e["tenant"] for e in own_b} == {b}
+        assert {e["tenant"] for e in own_late} == {late}
         # The shared topic carries nobody's events where claims are checked.
         consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
         try:
