@@ -23,6 +23,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .embedder_cards import CARDS, DEFAULT_EMBEDDER, EmbedderCard, card_named
+from .settings_events import EventSettings
 from .settings_mcp import McpSettings
 
 ENV_PREFIX = "EPISTREAM_"
@@ -121,7 +122,6 @@ class KafkaSettings(BaseSettings):
         "memory.forgotten", description="Compacted topic of forgotten conversations, read by every worker before memory.turns."
     )
     topic_health: str = Field("epistream.health", description="Topic the Kafka health probe writes to and reads back.")
-    topic_events: str = Field("memory.events", description="Memory events; with claims checked, this name.<tenant>.")
     # -1 (forever) or a positive number of days: Kafka's retention.ms, set on create and on every start.
     turns_retention_days: float = Field(
         -1, description="How long memory.turns and memory.segments (the enrich worker's queue) keep a record, in days "
@@ -361,7 +361,6 @@ class WorkerSettings(BaseSettings):
         description="Longest wait of the answer worker for a question's `after` positions to be stored; past it "
         "the read goes ahead and its reply says it is incomplete (docs/read-your-writes.md).",
     )
-    events_keep_s: float = Field(3600.0, ge=0, description="How long a published memory event stays in its outbox.")
 
 
 class SecuritySettings(BaseSettings):
@@ -403,11 +402,10 @@ class SupervisionSettings(BaseSettings):
 
 #: The groups in the order documentation lists them.
 GROUPS: tuple[type[BaseSettings], ...] = (KafkaSettings, PostgresSettings, ModelSettings, SegmentSettings,
-                                          RetrievalSettings, WorkerSettings, SecuritySettings, SupervisionSettings,
-                                          McpSettings)
+    RetrievalSettings, WorkerSettings, SecuritySettings, SupervisionSettings, McpSettings, EventSettings)
 
 
-class ClientSettings(KafkaSettings, SecuritySettings, SupervisionSettings):
+class ClientSettings(KafkaSettings, SecuritySettings, SupervisionSettings, EventSettings):
     """What a client needs: the broker, its topics, the tenant-claim secret of the operator's tools,
     and the home where an embedded broker keeps its CA."""
 
