@@ -7,6 +7,8 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -204,18 +206,39 @@ async def forget(settings: ClientSettings, *, tenant: str, conversation_id: str 
     return record
 
 
-async def events(settings: ClientSettings, *, tenant: str, from_beginning: bool = False,
-                 tenant_key: bytes | None = None) -> AsyncIterator[MemoryEvent]:
-    """Tenant `tenant`'s memory events (docs/events.md) as they come, from now on (or from the oldest the
-    topic keeps): its own events topic where claims are checked (a backend with its `tenant_key`), else
-    the shared one, filtered to the tenant. Delivery is at least once: drop an `event_id` seen before."""
-    check = ClaimCheck.from_settings(settings)
-    topic = events_topic_for(settings, tenant, own=tenant_key is not None or check.enforced)
+def events_topic(settings: ClientSettings, tenant: str, tenant_key: bytes | None = None) -> str:
+    """Where `tenant`'s events are read: its own topic where claims are checked (a backend with its
+    `tenant_key`), else the shared one."""
+    return events_topic_for(settings, tenant, own=tenant_key is not None or ClaimCheck.from_settings(settings).enforced)
+
+
+@asynccontextmanager
+async def _events_consumer(settings: ClientSettings, tenant: str,
+                           tenant_key: bytes | None) -> AsyncIterator[tuple[AIOKafkaConsumer, list[TopicPartition]]]:
+    """A consumer assigned every partition of `tenant`'s events topic (`events_topic`)."""
+    topic = events_topic(settings, tenant, tenant_key)
     consumer = create_consumer(settings, enable_auto_commit=False, group_id=None)
     await _start(consumer)
     try:
         partitions = [TopicPartition(topic, p) for p in await partitions_of(settings, topic)]
         consumer.assign(partitions)
+        yield consumer, partitions
+    finally:
+        await consumer.stop()
+
+
+def _tenant_event(value: bytes | None, tenant: str) -> MemoryEvent | None:
+    """The event in a record of the events topic, if it is `tenant`'s (the shared topic carries every tenant's)."""
+    event = MemoryEvent.from_bytes(value) if value is not None else None
+    return event if event is not None and event.tenant == tenant else None
+
+
+async def events(settings: ClientSettings, *, tenant: str, from_beginning: bool = False,
+                 tenant_key: bytes | None = None) -> AsyncIterator[MemoryEvent]:
+    """Tenant `tenant`'s memory events (docs/events.md) as they come, from now on (or from the oldest the
+    topic keeps): its own events topic where claims are checked (a backend with its `tenant_key`), else
+    the shared one, filtered to the tenant. Delivery is at least once: drop an `event_id` seen before."""
+    async with _events_consumer(settings, tenant, tenant_key) as (consumer, partitions):
         if from_beginning:
             await consumer.seek_to_beginning(*partitions)
         else:
@@ -225,8 +248,67 @@ async def events(settings: ClientSettings, *, tenant: str, from_beginning: bool 
         while True:
             for records in (await consumer.getmany(timeout_ms=500)).values():
                 for record in records:
-                    event = MemoryEvent.from_bytes(record.value)
-                    if event.tenant == tenant:
+                    if (event := _tenant_event(record.value, tenant)) is not None:
                         yield event
-    finally:
-        await consumer.stop()
+
+
+class EventCursorError(ValueError):
+    """Offsets that cannot be read from on the tenant's events topic, with the reason."""
+
+
+@dataclass(frozen=True)
+class EventBatch:
+    """What `events_after` read: the tenant's events in partition order, the offset to read next in each
+    partition of the events topic, and whether events the topic no longer keeps were skipped."""
+
+    events: list[MemoryEvent]
+    next_offsets: dict[int, int]
+    expired: bool = False
+
+
+async def _start_at(consumer: AIOKafkaConsumer, partitions: list[TopicPartition],
+                    after: Mapping[int, int] | None) -> tuple[dict[int, int], bool]:
+    """Seek each partition to where `after` says (None: the end, so from now on; a partition it does not
+    name, one added since: its start); return the start offsets and whether some were already expired."""
+    first = await consumer.beginning_offsets(partitions)
+    end = await consumer.end_offsets(partitions)
+    if after is not None and (unknown := sorted(set(after) - {tp.partition for tp in partitions})):
+        raise EventCursorError(f"the events topic has no partition {unknown[0]}")
+    start: dict[int, int] = {}
+    expired = False
+    for tp in partitions:
+        wanted = end[tp] if after is None else after.get(tp.partition, first[tp])
+        if wanted > end[tp]:
+            raise EventCursorError(f"offset {wanted} of partition {tp.partition} is past the end of the events "
+                                   f"topic ({end[tp]}): was it made again?")
+        expired = expired or wanted < first[tp]  # retention deleted events after the cursor
+        start[tp.partition] = max(wanted, first[tp])
+        consumer.seek(tp, start[tp.partition])
+    return start, expired
+
+
+async def events_after(settings: ClientSettings, *, tenant: str, after: Mapping[int, int] | None,
+                       wait_s: float, limit: int, tenant_key: bytes | None = None,
+                       catch_up_s: float = 5.0) -> EventBatch:
+    """At most `limit` of `tenant`'s events after the offsets `after` (partition -> next offset to read;
+    None: from now on) and where to read next: what the topic held at the call, else what arrives within
+    `wait_s` (it returns once some came). The next offsets pass exactly the records read, so a batch cut
+    at `limit` loses nothing; reading what was there is cut only after `wait_s` + `catch_up_s`."""
+    async with _events_consumer(settings, tenant, tenant_key) as (consumer, partitions):
+        next_offsets, expired = await _start_at(consumer, partitions, after)
+        end = await consumer.end_offsets(partitions)
+        found: list[MemoryEvent] = []
+        deadline = time.monotonic() + wait_s
+        while len(found) < limit:
+            caught_up = all(next_offsets[tp.partition] >= end[tp] for tp in partitions)
+            now = time.monotonic()
+            if (caught_up and (found or now >= deadline)) or now >= deadline + catch_up_s:
+                break
+            wait = 500 if not caught_up else min(500, max(1, int((deadline - now) * 1000)))
+            batches = await consumer.getmany(*partitions, timeout_ms=wait, max_records=limit - len(found))
+            for tp, records in batches.items():
+                for record in records:
+                    if (event := _tenant_event(record.value, tenant)) is not None:
+                        found.append(event)
+                    next_offsets[tp.partition] = record.offset + 1  # another tenant's: passed, not returned
+    return EventBatch(found, next_offsets, expired)

@@ -84,5 +84,16 @@ async def read_listing(settings: ClientSettings, *, tenant: str, conversation_id
                                 tenant_key=tenant_key)
 
 
+async def read_events(settings: ClientSettings, *, tenant: str, after: Mapping[int, int] | None, wait_s: float,
+                      limit: int, tenant_key: bytes | None) -> client.EventBatch:
+    """The tenant's events after `after` (None: from now on), at most `limit`, waiting up to `wait_s` for some."""
+    return await client.events_after(settings, tenant=tenant, after=after, wait_s=wait_s, limit=limit,
+                                     tenant_key=tenant_key)
+
+
+def events_topic(settings: ClientSettings, tenant: str, tenant_key: bytes | None) -> str:
+    return client.events_topic(settings, tenant, tenant_key)
+
+
 async def forget(settings: ClientSettings, *, tenant: str, conversation_id: str) -> None:
     await client.forget(settings, tenant=tenant, conversation_id=conversation_id)

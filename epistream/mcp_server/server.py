@@ -1,4 +1,4 @@
-"""The MCP server: four tools over epistream.client, for one tenant, each call bounded by a timeout.
+"""The MCP server: five tools over epistream.client, for one tenant, each call bounded by a timeout.
 
 Every call ends in a result or a tool error (``is_error``) whose text says why: arguments the schema
 or the contracts refuse, Kafka unreachable, no reply within the timeout, the answer worker's own
@@ -18,9 +18,11 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
+from ..client import EventCursorError
 from ..contracts import Answer, MemoryContext, Question
 from ..errors import ContractError
-from . import memory
+from ..memory_events import MemoryEvent
+from . import cursor, memory
 from .arguments import ArgumentError, TurnArgument, ask_question, confirmed_forget, recall_question, turns_for
 from .config import McpServerSettings
 
@@ -33,7 +35,8 @@ INSTRUCTIONS = """Long-term memory of conversations (epistream). `remember` stor
 `recall` returns the memory most relevant to a question within a token budget, as a text block to put
 in your prompt (no model call, a second or so); `ask` has epistream answer from memory with evidence;
 `forget` deletes a conversation for good (repeat its id as `confirm`). A recall right after a remember
-sees what was remembered. Resources: epistream://conversations/<id>/timeline (its events in time order)
+sees what was remembered. `events` says what changed in memory since its `cursor` (turns stored, segments
+closed and enriched, facts superseded, conversations forgotten): poll it, passing the cursor back. Resources: epistream://conversations/<id>/timeline (its events in time order)
 and epistream://conversations/<id>/facts (its current facts)."""
 
 ConversationIds = Annotated[list[str] | None, Field(
@@ -51,6 +54,24 @@ def _checked(build: Callable[[], T]) -> T:
 def _incomplete(reason: str | None) -> str:
     """The warning a reply carries when it could not wait for what this server wrote (never silently stale)."""
     return "" if reason is None else f"\n(incomplete: {reason})"
+
+
+#: The longest an `events` call waits for an event, and the most events it returns.
+EVENTS_MAX_WAIT_S = 60.0
+EVENTS_MAX_LIMIT = 1000
+
+
+def _event_line(event: MemoryEvent) -> str:
+    """One event as a line for the model: its time, kind, conversation and what changed (ids and counts)."""
+    what = {
+        "turns_stored": lambda: f"{event.turn_count} turn(s) {event.first_turn_id}..{event.last_turn_id} searchable",
+        "segment_closed": lambda: f"segment {event.segment_id} closed ({event.turn_count} turns), to be enriched",
+        "segment_enriched": lambda: f"segment {event.segment_id}: {event.gist_count} gist(s), {event.fact_count} "
+                                    "fact(s) stored",
+        "fact_superseded": lambda: f"fact {event.fact_id} superseded by {event.superseded_by}",
+        "conversation_forgotten": lambda: "forgotten" if event.scope != "tenant" else "every conversation forgotten",
+    }[event.kind]()
+    return f"{event.occurred_at:%Y-%m-%dT%H:%M:%SZ} {event.kind} {event.conversation_id or '(tenant)'}: {what}"
 
 
 def _text(text: str, structured: dict) -> CallToolResult:
@@ -154,6 +175,31 @@ class Tools:
         return _text(f"forgot conversation {conversation!r}: the ingest workers delete it as they read the erasure "
                      "(within seconds)", {"conversation_id": conversation, "tenant": self.tenant})
 
+    async def events(
+        self,
+        after: Annotated[str | None, Field(
+            description="The `cursor` an earlier events call returned. None: from this call on.")] = None,
+        wait_s: Annotated[float, Field(ge=0, le=EVENTS_MAX_WAIT_S, description=(
+            "Seconds to wait for an event when none is there yet (0 to 60)."))] = 2.0,
+        limit: Annotated[int, Field(ge=1, le=EVENTS_MAX_LIMIT, description="Most events to return (1 to 1000).")] = 100,
+    ) -> CallToolResult:
+        """What changed in memory after `after`: turns stored (searchable), segments closed and enriched (their
+        gists and facts), facts superseded, conversations forgotten; and the `cursor` to pass next time."""
+        topic = memory.events_topic(self.settings, self.tenant, self.key)
+        try:
+            offsets = None if after is None else cursor.decode(after, topic=topic, tenant=self.tenant)
+            batch = await self._bounded("events read", memory.read_events(
+                self.settings, tenant=self.tenant, after=offsets, wait_s=wait_s, limit=limit, tenant_key=self.key),
+                wait_s + self.settings.mcp_timeout_s)
+        except (cursor.CursorError, EventCursorError) as exc:
+            raise ToolError(f"bad cursor: {exc}") from None
+        following = cursor.encode(batch.next_offsets, topic=topic, tenant=self.tenant)
+        lines = [_event_line(e) for e in batch.events] or [f"(no new events within {wait_s:g} s)"]
+        if batch.expired:
+            lines.insert(0, "(some events after the cursor were older than the topic keeps: they are gone)")
+        lines.append(f"next: call events with after={following}")
+        return _text("\n".join(lines), {"events": [e.model_dump(mode="json", exclude_none=True) for e in batch.events],
+                                        "cursor": following, "expired": batch.expired})
 
     async def _listing(self, conversation_id: str, listing: Literal["timeline", "facts"]) -> str:
         timeout = self.settings.mcp_timeout_s
@@ -185,6 +231,7 @@ def build_server(settings: McpServerSettings, tenant: str) -> MCPServer:
     server.add_tool(tools.recall, annotations=ToolAnnotations(read_only_hint=True))
     server.add_tool(tools.ask, annotations=ToolAnnotations(read_only_hint=True))
     server.add_tool(tools.forget, annotations=ToolAnnotations(destructive_hint=True))
+    server.add_tool(tools.events, annotations=ToolAnnotations(read_only_hint=True))
     server.resource(f"{RESOURCES}/{{conversation_id}}/timeline", name="timeline", mime_type="text/plain",
                     description="A conversation's gists in time order")(tools.timeline)
     server.resource(f"{RESOURCES}/{{conversation_id}}/facts", name="facts", mime_type="text/plain",

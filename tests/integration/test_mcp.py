@@ -22,6 +22,7 @@ from pydantic import SecretStr
 
 from epistream.claims import tenant_key
 from epistream.contracts import DeadLetter
+from epistream.mcp_server import cursor as events_cursor
 from epistream.testing.scripted_llm import ScriptedLLM
 
 from .conftest import ROOT, read_topic
@@ -125,7 +126,7 @@ async def test_stdio_remember_recall_ask_forget(stack, unique):
     phrase = "a tortoise named Quasimodo"
     async with _stdio(tenant) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}
-        assert names == {"remember", "recall", "ask", "forget"}
+        assert names == {"remember", "recall", "ask", "forget", "events"}
         done = await _remembered(client, conversation, phrase, [
             {"speaker": "Ines", "text": f"I keep {phrase} in my garden in Braga.", "time": "2024-05-02T10:00:00+01:00",
              "turn_id": "t1"},
@@ -203,7 +204,8 @@ async def test_an_unreachable_stack_is_a_tool_error_not_a_hang(unique):
         for name, arguments in [("remember", {"conversation_id": "c", "turns": [{"speaker": "a", "text": "hi"}]}),
                                 ("recall", {"question": "anything?"}),
                                 ("ask", {"question": "anything?", "mode": "fast"}),
-                                ("forget", {"conversation_id": "c", "confirm": "c"})]:
+                                ("forget", {"conversation_id": "c", "confirm": "c"}),
+                                ("events", {"wait_s": 0})]:
             result = await client.call_tool(name, arguments, read_timeout_seconds=60)
             assert result.is_error, name
             text = result.content[0].text
@@ -249,3 +251,70 @@ def test_with_claims_on_it_signs_as_its_tenant_and_hears_on_its_own_topic(kafka,
             answer.stop()
         assert guarded.turns(a, conversation) == 1 and guarded.turns(b, conversation) == 0
         assert [DeadLetter.model_validate_json(r.value).error_class for r in letters] == ["ClaimRejected"]
+
+
+async def _events_until(client: Client, after: str, done: Callable[[list[dict[str, Any]]], bool], *,
+                        timeout: float = 120.0) -> tuple[list[dict[str, Any]], str]:
+    """Poll `events` from cursor `after`, each call from the cursor the last returned, until `done` of
+    what came; returns what came and the cursor to read on from."""
+    found: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while not done(found):
+        assert time.monotonic() < deadline, f"not within {timeout:.0f}s: {[e['kind'] for e in found]}"
+        polled = await _ok(client, "events", {"after": after, "wait_s": 5})
+        found, after = found + polled["events"], polled["cursor"]
+    return found, after
+
+
+def _kinds(events: list[dict[str, Any]], conversation: str) -> set[str]:
+    return {e["kind"] for e in events if e["conversation_id"] == conversation}
+
+
+def test_events_are_polled_with_a_cursor_through_remember_and_forget(kafka, unique):
+    """The `events` tool on a real ingest worker (two partitions): from a first cursor, remember -> its
+    turns_stored and, past a 7-hour gap, the first segment's segment_closed; forget -> conversation_forgotten
+    on a later poll from the returned cursor, nothing seen twice; read again one event a call from the
+    first cursor, the same events in the same order; a bad cursor is a tool error."""
+    tenant, conversation = unique("mcp-events"), unique("conv")
+    with ScriptedLLM(_never_called) as llm, deployments(kafka, 1, name="mcpev", llm_base_url=llm.base_url) as made:
+        deployment = made[0]
+        ingest = deployment.run("ingest", BASE_PORT + 13)
+        try:
+            async def drive() -> None:
+                async with _stdio(tenant, deployment.env) as client:
+                    start = await _ok(client, "events", {"wait_s": 0})  # from now on: nothing of a new tenant
+                    assert start["events"] == [] and start["expired"] is False
+                    await _ok(client, "remember", {"conversation_id": conversation, "turns": [
+                        {"speaker": "Ada", "text": "I bought a red canoe.", "time": "2024-05-02T10:00:00Z",
+                         "turn_id": "t1"},
+                        {"speaker": "Ada", "text": "It leaks.", "time": "2024-05-02T17:00:00Z", "turn_id": "t2"}]})
+                    stored, after = await _events_until(client, start["cursor"], lambda found: {
+                        "turns_stored", "segment_closed"} <= _kinds(found, conversation))
+                    assert any(e["kind"] == "turns_stored" and e["last_turn_id"] == "t2" for e in stored)
+                    closed = [e for e in stored if e["kind"] == "segment_closed"]
+                    assert [(e["first_turn_id"], e["last_turn_id"], e["turn_count"]) for e in closed] == [("t1", "t1", 1)]
+                    again = await _ok(client, "events", {"after": after, "wait_s": 0})
+                    assert again["events"] == [] and again["cursor"] == after  # the cursor passed them all
+
+                    await _ok(client, "forget", {"conversation_id": conversation, "confirm": conversation})
+                    forgotten, _ = await _events_until(client, after, lambda found: "conversation_forgotten" in
+                                                       _kinds(found, conversation))
+                    assert not {e["event_id"] for e in forgotten} & {e["event_id"] for e in stored}
+
+                    one_by_one, cursor = [], start["cursor"]  # the cursor is exact when a batch is cut at its limit
+                    while (polled := await _ok(client, "events", {"after": cursor, "wait_s": 0, "limit": 1}))["events"]:
+                        assert len(polled["events"]) == 1
+                        one_by_one, cursor = one_by_one + polled["events"], polled["cursor"]
+                    # One conversation, one partition: the same events in the same order.
+                    assert [e["event_id"] for e in one_by_one] == [e["event_id"] for e in stored + forgotten]
+
+                    topic = deployment.settings.topic_events
+                    for bad, reason in [("not-a-cursor", "not a cursor"), (cursor[:-6], "damaged"),
+                                        (events_cursor.encode({0: 1}, topic=topic, tenant="someone-else"), "another"),
+                                        (events_cursor.encode({0: 10**9}, topic=topic, tenant=tenant), "past the end"),
+                                        (events_cursor.encode({7: 0}, topic=topic, tenant=tenant), "no partition 7")]:
+                        result = await _call(client, "events", {"after": bad, "wait_s": 0})
+                        assert result.is_error and reason in result.content[0].text, result.content[0].text
+            asyncio.run(drive())
+        finally:
+            ingest.stop()
