@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -284,10 +285,13 @@ def test_events_are_polled_with_a_cursor_through_remember_and_forget(kafka, uniq
                 async with _stdio(tenant, deployment.env) as client:
                     start = await _ok(client, "events", {"wait_s": 0})  # from now on: nothing of a new tenant
                     assert start["events"] == [] and start["expired"] is False
+                    # Times near now: a segment whose last turn is hours old closes soon after it is stored,
+                    # and t2's must stay open (no event of it) for the test to know every event it expects.
+                    now = datetime.now(UTC)
                     await _ok(client, "remember", {"conversation_id": conversation, "turns": [
-                        {"speaker": "Ada", "text": "I bought a red canoe.", "time": "2024-05-02T10:00:00Z",
-                         "turn_id": "t1"},
-                        {"speaker": "Ada", "text": "It leaks.", "time": "2024-05-02T17:00:00Z", "turn_id": "t2"}]})
+                        {"speaker": "Ada", "text": "I bought a red canoe.",
+                         "time": (now - timedelta(hours=7)).isoformat(), "turn_id": "t1"},
+                        {"speaker": "Ada", "text": "It leaks.", "time": now.isoformat(), "turn_id": "t2"}]})
                     stored, after = await _events_until(client, start["cursor"], lambda found: {
                         "turns_stored", "segment_closed"} <= _kinds(found, conversation))
                     assert any(e["kind"] == "turns_stored" and e["last_turn_id"] == "t2" for e in stored)
