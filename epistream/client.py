@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -33,6 +34,8 @@ from .kafka_io import create_consumer, create_producer, partitions_of
 from .memory_events import MemoryEvent, events_topic_for
 from .replies import tenant_reply_topic
 from .settings import ClientSettings
+
+log = logging.getLogger(__name__)
 
 
 def claim_headers(check: ClaimCheck, value: bytes, tenant_key: bytes | None = None) -> list[tuple[str, bytes]]:
@@ -228,9 +231,14 @@ async def _events_consumer(settings: ClientSettings, tenant: str,
 
 
 def _tenant_event(value: bytes | None, tenant: str) -> MemoryEvent | None:
-    """The event in a record of the events topic, if it is `tenant`'s (the shared topic carries every tenant's)."""
-    event = MemoryEvent.from_bytes(value) if value is not None else None
-    return event if event is not None and event.tenant == tenant else None
+    """The event in a record of the events topic, if it is `tenant`'s (the shared topic carries every tenant's).
+    A record that is no event is passed with a warning: raising would stop every reader at it for good."""
+    try:
+        event = MemoryEvent.from_bytes(value)
+    except ValueError as exc:  # pydantic's ValidationError is one
+        log.warning("not a memory event, passed: %s", str(exc)[:200])
+        return None
+    return event if event.tenant == tenant else None
 
 
 async def events(settings: ClientSettings, *, tenant: str, from_beginning: bool = False,

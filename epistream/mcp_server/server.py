@@ -71,7 +71,7 @@ def _event_line(event: MemoryEvent) -> str:
         "fact_superseded": lambda: f"fact {event.fact_id} superseded by {event.superseded_by}",
         "conversation_forgotten": lambda: "forgotten" if event.scope != "tenant" else "every conversation forgotten",
     }[event.kind]()
-    return f"{event.occurred_at:%Y-%m-%dT%H:%M:%SZ} {event.kind} {event.conversation_id or '(tenant)'}: {what}"
+    return f"{event.occurred_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ} {event.kind} {event.conversation_id or '(tenant)'}: {what}"
 
 
 def _text(text: str, structured: dict) -> CallToolResult:
