@@ -224,8 +224,8 @@ def _never_called(body: dict) -> tuple[int, str]:
 
 def test_with_claims_on_it_signs_as_its_tenant_and_hears_on_its_own_topic(kafka, unique):
     """Tenant claims checked (real ingest and answer workers with the operator's secret): a server holding
-    A's key, and not the secret, gets A's turns stored and A's recall answered on A's own reply topic; a
-    server for B holding A's key gets nothing of B's stored."""
+    A's key, and not the secret, gets A's turns stored, A's recall answered on A's own reply topic and A's
+    events from A's own events topic; a server for B holding A's key gets nothing of B's stored."""
     a, b, conversation = unique("mcp-claims-a"), unique("mcp-claims-b"), unique("conv")
     phrase = "a lighthouse painted in stripes"
     key_a = tenant_key(SECRET.encode(), a).hex()
@@ -239,8 +239,11 @@ def test_with_claims_on_it_signs_as_its_tenant_and_hears_on_its_own_topic(kafka,
         try:
             async def drive() -> None:
                 async with _stdio(a, backend) as mine:
+                    start = await _ok(mine, "events", {"wait_s": 0})
                     await _remembered(mine, conversation, phrase,
                                       [{"speaker": "Lia", "text": f"I live in {phrase} near Aveiro."}])
+                    # Its events come from A's own events topic, read with A's key.
+                    await _events_until(mine, start["cursor"], lambda found: "turns_stored" in _kinds(found, conversation))
                 async with _stdio(b, backend) as spoofing:  # B's server, A's key: B's claim is not proven
                     await _ok(spoofing, "remember", {"conversation_id": conversation,
                                                      "turns": [{"speaker": "Mallory", "text": "B was here."}]})
