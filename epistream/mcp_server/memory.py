@@ -17,6 +17,7 @@ from threading import Lock
 from typing import Literal
 
 from .. import client
+from ..client import EventBatch, EventCursorError  # noqa: F401  (the server catches it from here)
 from ..contracts import CONTEXT_BUDGET_DEFAULT, CONTEXT_BUDGET_MAX, Answer, MemoryContext, Position, Question, Turn
 from ..settings import ClientSettings
 
@@ -85,8 +86,9 @@ async def read_listing(settings: ClientSettings, *, tenant: str, conversation_id
 
 
 async def read_events(settings: ClientSettings, *, tenant: str, after: Mapping[int, int] | None, wait_s: float,
-                      limit: int, tenant_key: bytes | None) -> client.EventBatch:
-    """The tenant's events after `after` (None: from now on), at most `limit`, waiting up to `wait_s` for some."""
+                      limit: int, tenant_key: bytes | None) -> EventBatch:
+    """The tenant's events after `after` (None: from now on), at most `limit`, waiting up to `wait_s` for some;
+    an EventCursorError where `after` does not fit the topic."""
     return await client.events_after(settings, tenant=tenant, after=after, wait_s=wait_s, limit=limit,
                                      tenant_key=tenant_key)
 

@@ -18,7 +18,6 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from ..client import EventCursorError
 from ..contracts import Answer, MemoryContext, Question
 from ..errors import ContractError
 from ..memory_events import MemoryEvent
@@ -36,8 +35,9 @@ INSTRUCTIONS = """Long-term memory of conversations (epistream). `remember` stor
 in your prompt (no model call, a second or so); `ask` has epistream answer from memory with evidence;
 `forget` deletes a conversation for good (repeat its id as `confirm`). A recall right after a remember
 sees what was remembered. `events` says what changed in memory since its `cursor` (turns stored, segments
-closed and enriched, facts superseded, conversations forgotten): poll it, passing the cursor back. Resources: epistream://conversations/<id>/timeline (its events in time order)
-and epistream://conversations/<id>/facts (its current facts)."""
+closed and enriched, facts superseded, conversations forgotten): poll it, passing the cursor back.
+Resources: epistream://conversations/<id>/timeline (its events in time order) and
+epistream://conversations/<id>/facts (its current facts)."""
 
 ConversationIds = Annotated[list[str] | None, Field(
     description="Only these conversations (default: every conversation of the tenant).")]
@@ -191,7 +191,7 @@ class Tools:
             batch = await self._bounded("events read", memory.read_events(
                 self.settings, tenant=self.tenant, after=offsets, wait_s=wait_s, limit=limit, tenant_key=self.key),
                 wait_s + self.settings.mcp_timeout_s)
-        except (cursor.CursorError, EventCursorError) as exc:
+        except (cursor.CursorError, memory.EventCursorError) as exc:
             raise ToolError(f"bad cursor: {exc}") from None
         following = cursor.encode(batch.next_offsets, topic=topic, tenant=self.tenant)
         lines = [_event_line(e) for e in batch.events] or [f"(no new events within {wait_s:g} s)"]
