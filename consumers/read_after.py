@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from psycopg_pool import AsyncConnectionPool
 
+from epistream import tracing
 from epistream.contracts import Position
 from epistream.metrics import Metrics
 from epistream.watermarks import stored_through, unmet
@@ -47,6 +48,7 @@ def incomplete_reason(missing: Sequence[Position], timeout_s: float) -> str:
     return f"not stored within {timeout_s:g}s: {named}{more}; the read may miss those turns"
 
 
+@tracing.traced("read after")  # the wait for the asked positions to be stored
 async def read_after(pool: AsyncConnectionPool, topic: str, positions: Sequence[Position] | None, *,
                      timeout_s: float, metrics: Metrics) -> str | None:
     """Wait for `positions` on `topic`; None when all are stored (or none given), else the reason the

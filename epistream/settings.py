@@ -348,14 +348,14 @@ class WorkerSettings(BaseSettings):
         128, ge=1, le=100_000,
         description="Turns of a batch embedded and stored per transaction; the next chunk is embedded while one "
         "is written. At least the batch (the default): one transaction, no overlap; smaller chunks pad ONNX "
-        "batches more.",
-    )
+        "batches more.")  # closed here: settings.py is at its 450-line limit
     metrics_host: str = Field("127.0.0.1", description="Address /metrics binds to (0.0.0.0 in containers).")
     ingest_metrics_port: int = Field(9101, description="The ingest worker's /metrics.")
     enrich_group: str = Field("epistream-enrich", description="Faust app id (consumer group) of the enrich worker.")
     enrich_metrics_port: int = Field(9104, description="The enrich worker's /metrics.")
     answer_metrics_port: int = Field(9102, description="The answer worker's /metrics.")
     answer_group: str = Field("epistream-answer", description="Consumer group of the answer workers.")
+    trace_texts: bool = Field(False, description="Spans carry questions, prompts, completions (docs/tracing.md).")
     read_after_timeout_s: float = Field(
         5.0, gt=0, le=300,
         description="Longest wait of the answer worker for a question's `after` positions to be stored; past it "

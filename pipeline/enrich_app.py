@@ -13,6 +13,7 @@ from typing import cast
 import faust
 from mode import Service
 
+from epistream import tracing
 from epistream.contracts import Segment, decode
 from epistream.dead_letters import dead_letter
 from epistream.errors import ContractError
@@ -111,17 +112,25 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         manual = cast("faust.Stream[bytes]", stream).noack()
         async for event in manual.events():
             record = RawRecord.from_faust(event)
-            try:
-                segment = decode(record.value, Segment, what="memory.segments event")
-            except ContractError as exc:
-                await dead_letter(send_dead, metrics, record, stage=STAGE, error=exc)
-            else:
-                assert resources.deps is not None
-                outcome = await enrich_segment(segment, resources.deps)
-                if outcome.error is not None:
-                    await letter(record, outcome)
+            # One record, one process span: the child of the segment's send, in the trace of its turn.
+            with tracing.span(f"process {record.topic}", kind="consumer", parent=tracing.extract(record.headers),
+                              attributes=tracing.messaging("process", "process", record.topic,
+                                                           partition=record.partition, offset=record.offset,
+                                                           group=settings.enrich_group)):
+                await process(record)
             await manual.ack(event)
             relay.wake()  # what the enrichment stored is committed, its events with it
+
+    async def process(record: RawRecord) -> None:
+        try:
+            segment = decode(record.value, Segment, what="memory.segments event")
+        except ContractError as exc:
+            await dead_letter(send_dead, metrics, record, stage=STAGE, error=exc)
+        else:
+            assert resources.deps is not None
+            outcome = await enrich_segment(segment, resources.deps)
+            if outcome.error is not None:
+                await letter(record, outcome)
 
     @app.timer(interval=settings.enrich_retry_every_s)
     async def resume_waiting() -> None:
@@ -147,6 +156,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
 
 def run_worker(settings: Settings) -> None:
     """Run the enrich worker until SIGTERM (blocks)."""
+    tracing.setup("epistream-enrich", texts=settings.trace_texts)
     metrics = Metrics.create()
     app = create_app(settings, metrics)
     worker = faust.Worker(app, loglevel="INFO", quiet=True)

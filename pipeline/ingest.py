@@ -19,6 +19,7 @@ import numpy as np
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
+from epistream import tracing
 from epistream.claims import ClaimCheck
 from epistream.contracts import SegmentCloseRequest, Turn, decode
 from epistream.db import tenant_scope
@@ -52,6 +53,9 @@ class IngestResult:
     outcomes: list[str] = field(default_factory=list)
     dead: list[Rejected] = field(default_factory=list)
     closed_segments: list[tuple[str, str]] = field(default_factory=list)
+    #: (tenant, conversation_id) -> the trace its latest record carried (tracing on only): where the
+    #: record of a segment the batch closed continues from.
+    origins: dict[tuple[str, str], object] = field(default_factory=dict)
 
 
 def decode_record(record: RawRecord, claims: ClaimCheck | None = None) -> Turn | SegmentCloseRequest:
@@ -104,6 +108,7 @@ async def ingest_batch(
             items.append((record, decode_record(record, claims)))
         except Exception as exc:  # ContractError with its reason; anything else is still this record's
             result.dead.append(Rejected(record, exc))
+    result.origins = tracing.origins_of((t.tenant, t.conversation_id, r.headers) for r, t in items)
     store = _Store(pool, embedder, metrics, segmenter, max_backoff_s)
     # The last commit also covers the batch's unusable records after the last usable one (or, with
     # none usable, an empty commit covers them alone): ingest is done with the whole batch then.
@@ -183,7 +188,8 @@ class _Store:
         try:
             if isinstance(vectors, Exception):
                 raise vectors
-            await self.commit(items, vectors, result, end)
+            with tracing.span("store turns", attributes={"epistream.records": len(items)}):
+                await self.commit(items, vectors, result, end)
         except Exception as exc:
             log.warning("chunk of %d records failed (%s: %s): storing them one by one", len(items),
                         type(exc).__name__, str(exc)[:200])
@@ -204,8 +210,9 @@ class _Store:
             return np.zeros((0, DIMENSIONS), dtype=np.float32)
         embed_started = time.perf_counter()
         # ONNX Runtime releases the GIL: run it off the event loop.
-        vectors = await asyncio.to_thread(self.embedder.embed,
-                                          [turn_embedding_text(t.speaker, t.text, t.ts) for t in turns])
+        with tracing.span("embed turns", attributes={"epistream.turns": len(turns)}):
+            vectors = await asyncio.to_thread(self.embedder.embed,
+                                              [turn_embedding_text(t.speaker, t.text, t.ts) for t in turns])
         self.metrics.embedding_seconds.observe(time.perf_counter() - embed_started)
         return vectors
 

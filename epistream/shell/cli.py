@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import tracing
 from ..settings import ClientSettings, Settings, SettingsError, load_settings
 from .access import add_access_commands
 from .mcp import add_mcp_command
@@ -28,8 +29,11 @@ def _settings() -> Settings:
 
 
 def _client_settings() -> ClientSettings:
-    """The client verbs' settings (produce, ask, context, forget): a client install configures no server."""
-    return load_settings(ClientSettings)
+    """The client verbs' settings (produce, ask, context, forget): a client install configures no server.
+    Tracing starts here where OTEL_* asks for it, so what a verb produces carries its trace."""
+    settings = load_settings(ClientSettings)
+    tracing.setup("epistream-cli")  # the client's spans hold no text: EPISTREAM_TRACE_TEXTS is the workers'
+    return settings
 
 
 def cmd_up(args: argparse.Namespace) -> int:
