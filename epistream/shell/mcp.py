@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import tracing
 from ..settings import load_settings
 
 
@@ -14,6 +15,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from ..mcp_server.config import McpServerSettings
 
     settings = load_settings(McpServerSettings)
+    tracing.setup("epistream-mcp")  # what its tools produce carries their trace (docs/tracing.md)
     try:
         tenant = served_tenant(args.tenant or settings.mcp_tenant)
     except ArgumentError as exc:
