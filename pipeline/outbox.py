@@ -9,7 +9,6 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from psycopg_pool import AsyncConnectionPool
 
-from epistream import tracing
 from epistream.db import tenant_scope
 
 from .store import segments
@@ -31,9 +30,7 @@ async def publish(pool: AsyncConnectionPool, closed: Sequence[tuple[str, str]], 
                     segment = await segments.load_segment(conn, tenant, sid)
                     if segment is None:
                         continue  # forgotten since it was closed
-                    # The record carries on the trace of the turn that closed the segment, where known.
-                    with tracing.attached(tracing.origin(tenant, segment.conversation_id)):
-                        await send(segment.conversation_id.encode(), segment.to_bytes())
+                    await send(segment.conversation_id.encode(), segment.to_bytes())
                     await segments.mark_published(conn, tenant, [sid])
                 published += 1
     except Exception as exc:
