@@ -73,6 +73,15 @@ def split_samples(samples: list[LocomoSample], split: str) -> list[LocomoSample]
     return [s for s in samples if s.sample_id in wanted]
 
 
+def named_conversations(samples: list[LocomoSample], names: str) -> set[str]:
+    """The conversations --conversations names (comma-separated); one the file lacks is an error."""
+    wanted = {n.strip() for n in names.split(",") if n.strip()}
+    missing = wanted - {s.sample_id for s in samples}
+    if missing:
+        raise SystemExit(f"--conversations: {sorted(missing)} are not in the file")
+    return wanted
+
+
 def queries_of(samples: list[LocomoSample], vectors) -> list[Query]:  # type: ignore[no-untyped-def]
     """Every non-adversarial question with evidence, with its embedding (in the order of ``questions_with_evidence``)."""
     out = []
@@ -122,7 +131,9 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     tenant = args.enriched or TENANT
     # bench.locomo_eval stores a file's conversations under ids prefixed with its tenant.
     prefix = f"{tenant}-" if args.enriched else ""
-    samples = split_samples(load_locomo(args.path, tenant=tenant, conversation_prefix=prefix), args.split)
+    loaded = load_locomo(args.path, tenant=tenant, conversation_prefix=prefix)
+    samples = (split_samples(loaded, args.split) if args.conversations is None
+               else [s for s in loaded if s.sample_id in named_conversations(loaded, args.conversations)])
     embedder = Embedder.from_settings(settings)
     model_key = f"{embedder.name}:{settings.embedding_model_path}:{settings.embedding_max_tokens}"
     embed = DiskCachedEmbed(embedder.embed, settings.state_dir / "cache", model_key)
@@ -204,7 +215,7 @@ def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no
     windows and the fused search's own top_k turns. (The ts_rank_cd and 'english' re-stemming ablations
     left with their switches: docs/experiments.md.) Over an enriched memory, also the read without each
     of what enrichment adds (gists, facts, the gists' source turns), with none of it, with gists and
-    facts ranked after the verbatim turns, and with the source turns of the best facts (entity links)."""
+    facts ranked by their own score among the turns (the default ranks them after), and with the source turns of the best facts (entity links)."""
     from epistream.consumers.context import Neighbours, Sources, Structured
 
     memo = MemoEmbedder(embedder)
@@ -217,7 +228,7 @@ def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no
         ContextRead(memory, recipes, memo, name="context_no_sources", sources=no_sources),
         ContextRead(memory, recipes, memo, name="context_turns_only", sources=no_sources,
                     structured=Structured(gists=False, facts=False)),
-        ContextRead(memory, recipes, memo, name="context_structured_last", structured=Structured(weight=0.0)),
+        ContextRead(memory, recipes, memo, name="context_structured_by_score", structured=Structured(weight=1.0)),
         ContextRead(memory, recipes, memo, name="context_fact_sources", sources=Sources(facts=5)),
     ] if enriched else []
     return [ContextRead(memory, recipes, memo), *enrichment,
@@ -255,6 +266,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("path", nargs="?", type=Path, default=DEFAULT_DATA, help="a LoCoMo-format JSON file")
     p.add_argument("--split", choices=("pick", "report", "all"), default="all")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results (a directory: budget-recall.json in it)")
+    p.add_argument("--conversations", help="only these conversations (comma-separated ids), instead of --split's")
     p.add_argument("--offline", action="store_true", help="only the in-process baselines (no PostgreSQL)")
     p.add_argument("--keep", action="store_true", help="keep the run's database")
     p.add_argument("--enriched", metavar="TENANT",
