@@ -65,21 +65,17 @@ PIECE_COUNTS = (5, 10, 20, 40)
 
 def split_samples(samples: list[LocomoSample], split: str) -> list[LocomoSample]:
     """The split's conversations; an id the file lacks is an error, not a silently smaller split."""
-    wanted = [c for name in SPLITS for c in SPLITS[name]] if split == "all" else list(SPLITS[split])
+    return chosen(samples, [c for name in SPLITS for c in SPLITS[name]] if split == "all" else list(SPLITS[split]),
+                  f"split {split!r}")
+
+
+def chosen(samples: list[LocomoSample], wanted: list[str], what: str) -> list[LocomoSample]:
+    """The samples of the ``wanted`` conversation ids, in the file's order; one the file lacks is an error."""
     present = {s.sample_id for s in samples}
     missing = [c for c in wanted if c not in present]
     if missing:
-        raise SystemExit(f"split {split!r}: conversations {missing} are not in the file (it has {sorted(present)})")
+        raise SystemExit(f"{what}: conversations {missing} are not in the file (it has {sorted(present)})")
     return [s for s in samples if s.sample_id in wanted]
-
-
-def named_conversations(samples: list[LocomoSample], names: str) -> set[str]:
-    """The conversations --conversations names (comma-separated); one the file lacks is an error."""
-    wanted = {n.strip() for n in names.split(",") if n.strip()}
-    missing = wanted - {s.sample_id for s in samples}
-    if missing:
-        raise SystemExit(f"--conversations: {sorted(missing)} are not in the file")
-    return wanted
 
 
 def queries_of(samples: list[LocomoSample], vectors) -> list[Query]:  # type: ignore[no-untyped-def]
@@ -133,7 +129,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     prefix = f"{tenant}-" if args.enriched else ""
     loaded = load_locomo(args.path, tenant=tenant, conversation_prefix=prefix)
     samples = (split_samples(loaded, args.split) if args.conversations is None
-               else [s for s in loaded if s.sample_id in named_conversations(loaded, args.conversations)])
+               else chosen(loaded, [c.strip() for c in args.conversations.split(",") if c.strip()], "--conversations"))
     embedder = Embedder.from_settings(settings)
     model_key = f"{embedder.name}:{settings.embedding_model_path}:{settings.embedding_max_tokens}"
     embed = DiskCachedEmbed(embedder.embed, settings.state_dir / "cache", model_key)
