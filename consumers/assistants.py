@@ -17,6 +17,7 @@ from datetime import datetime
 
 from psycopg import AsyncConnection
 
+from epistream import tracing
 from epistream.errors import EpistreamError
 from epistream.llm import ModelClient, Usage
 from epistream.prompts import fence, turn_line
@@ -137,14 +138,19 @@ class AssistantPool:
     async def read(self, segment: SegmentText, question: str) -> Reading:
         client = self.endpoint_for(segment.segment_id)
         async with self._limit:
-            try:
-                result = await client.complete_json(build_messages(segment, question), ASSISTANT_PROMPT.schema,
-                                                    max_tokens=self._max_tokens)
-            except EpistreamError as exc:
-                # One failed read must not sink the question: the others may hold the answer.
-                log.warning("assistant read of %s failed: %s", segment.segment_id, type(exc).__name__)
-                return Reading(segment.segment_id, client.endpoint_label, [], Usage(), f"{type(exc).__name__}")
-        return Reading(segment.segment_id, client.endpoint_label, verify(result.value, segment), result.usage)
+            with tracing.span("assistant read", attributes={"epistream.segment_id": segment.segment_id,
+                                                            "server.address": client.endpoint_label}) as current:
+                try:
+                    result = await client.complete_json(build_messages(segment, question), ASSISTANT_PROMPT.schema,
+                                                        max_tokens=self._max_tokens)
+                except EpistreamError as exc:
+                    # One failed read must not sink the question: the others may hold the answer.
+                    log.warning("assistant read of %s failed: %s", segment.segment_id, type(exc).__name__)
+                    tracing.set_attributes(current, {"error.type": type(exc).__name__})
+                    return Reading(segment.segment_id, client.endpoint_label, [], Usage(), f"{type(exc).__name__}")
+                reading = Reading(segment.segment_id, client.endpoint_label, verify(result.value, segment), result.usage)
+                tracing.set_attributes(current, {"epistream.quotes": len(reading.quotes)})
+        return reading
 
     async def read_all(self, segments: list[SegmentText], question: str) -> list[Reading]:
         return list(await asyncio.gather(*(self.read(s, question) for s in segments)))

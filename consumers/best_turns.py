@@ -13,6 +13,7 @@ import numpy as np
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
+from epistream import tracing
 from epistream.embeddings import Embedder
 
 from .retrieval import RetrievedTurn, TurnRecipe, search_turns
@@ -34,6 +35,7 @@ class FoundTurns:
     search_text: str  # the question without their names
 
 
+@tracing.traced("retrieve turns", {"epistream.pathways": "dense,lexical"})
 async def best_turns(conn: AsyncConnection, embedder: Embedder, *, tenant: str, question: str,
                      conversation_ids: list[str] | None, recipe: TurnRecipe, start: datetime | None = None,
                      end: datetime | None = None) -> FoundTurns:
@@ -52,6 +54,7 @@ async def best_turns(conn: AsyncConnection, embedder: Embedder, *, tenant: str, 
     return FoundTurns(turns, vector, speakers, search_text)
 
 
+@tracing.traced("retrieve turns", {"epistream.pathways": "dense,lexical", "epistream.within_period": 1})
 async def best_turns_within(conn: AsyncConnection, found: FoundTurns, *, tenant: str,
                             conversation_ids: list[str] | None, recipe: TurnRecipe, start: datetime | None,
                             end: datetime | None) -> list[RetrievedTurn]:

@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
+from epistream import tracing
 from epistream.claims import ClaimCheck, header_pairs
 from epistream.contracts import Answer, MemoryContext, Mode, Question, decode
 from epistream.dead_letters import DEFAULT_MAX_REQUEST_SIZE, dead_letter, record_size
@@ -43,7 +44,9 @@ from .answer import answer_question, failed_answer
 from .assistants import AssistantPool
 from .context import failed_context, read_context
 from .deps import AnswerDeps
+from .listing import read_listing
 from .packing import render, used_tokens
+from .read_after import read_after
 from .retrieval import from_settings
 
 log = logging.getLogger(__name__)
@@ -78,16 +81,20 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
         outcome.messages.append((settings.topic_dlq, key, value))
 
     try:
-        question = decode(record.value, Question, what="memory.questions event")
-        # A claim not proven gets no answer at all: a failed one would still reach the claimed tenant.
-        claims.verify(question.tenant, record.value or b"", header_pairs(record.headers))
-        fallback = settings.topic_answers
-        if claims.enforced:  # each tenant hears back on its own topic only
-            fallback = tenant_reply_topic(settings.topic_answers, question.tenant)
-            check_own_reply_topic(question.reply_topic, fallback)
-            if not await topics.exists(fallback):
-                raise UnknownReplyTopic(f"tenant {question.tenant!r} has no reply topic {fallback!r}: "
-                                        "onboard the tenant first")
+        with tracing.span("decode question") as decoding:
+            question = decode(record.value, Question, what="memory.questions event")
+            tracing.set_attributes(decoding, {"epistream.question_id": question.question_id,
+                                              "epistream.mode": question.mode.value})
+            tracing.set_text(decoding, "epistream.question", question.question)
+            # A claim not proven gets no answer at all: a failed one would still reach the claimed tenant.
+            claims.verify(question.tenant, record.value or b"", header_pairs(record.headers))
+            fallback = settings.topic_answers
+            if claims.enforced:  # each tenant hears back on its own topic only
+                fallback = tenant_reply_topic(settings.topic_answers, question.tenant)
+                check_own_reply_topic(question.reply_topic, fallback)
+                if not await topics.exists(fallback):
+                    raise UnknownReplyTopic(f"tenant {question.tenant!r} has no reply topic {fallback!r}: "
+                                            "onboard the tenant first")
     except Exception as exc:  # not a question, not proven its tenant's, or nowhere of its tenant's to reply
         await dead_letter(letter, deps.metrics, record, stage=STAGE, error=exc)
         return outcome
@@ -102,9 +109,19 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
                 raise UnknownReplyTopic(f"reply_topic {question.reply_topic!r} does not exist; "
                                         f"the failed answer went to {fallback}")
             destination = question.reply_topic
-        if question.mode is Mode.CONTEXT:
-            return await read_context(question, deps)
-        return await answer_question(question, deps)
+        # Read-your-own-writes: never read before the asked positions are stored, or say so.
+        incomplete = None if not question.after else await read_after(
+            deps.pool, settings.topic_turns, question.after, timeout_s=settings.read_after_timeout_s,
+            metrics=deps.metrics)
+        reply: Reply
+        with tracing.span(f"{question.mode.value} question", attributes={"epistream.mode": question.mode.value}):
+            if question.listing is not None:  # one conversation's gists or facts, or refused (consumers/listing.py)
+                reply = await read_listing(question, deps)
+            elif question.mode is Mode.CONTEXT:
+                reply = await read_context(question, deps)
+            else:
+                reply = await answer_question(question, deps)
+        return reply.model_copy(update={"incomplete": incomplete}) if incomplete else reply
 
     def waiting(exc: BaseException, attempt_no: int, delay: float) -> None:
         log.warning("question at %s[%d]@%d failed (%s), retry %d in %.1fs", record.topic, record.partition,
@@ -210,20 +227,32 @@ class AnswerLoop:
             await self._retry_later(tp, records[0], exc)
             return
         for record in records:
-            outcome = await outcome_of(record, self.deps, self.topics, claims=self.claims,
-                                       give_up=lambda: not self.owns(tp))
-            if outcome is None:
-                return
-            try:
-                await publish_transaction(producer, outcome.messages, consumed=tp, next_offset=record.offset + 1,
-                                          group=self.group)
-            except Exception as exc:
-                await self._retry_later(tp, record, exc)
-                return
-            self.failures.pop(tp, None)
-            if outcome.answer is not None:
-                log.info("answered %s (%s, %.0f ms)", outcome.answer.question_id, mode_of(outcome.answer),
-                         outcome.answer.latency_ms)
+            # One record, one process span (the child of the question's send, messaging conventions),
+            # its transaction included.
+            with tracing.span(f"process {record.topic}", kind="consumer", parent=tracing.extract(record.headers),
+                              attributes=tracing.messaging("process", "process", record.topic,
+                                                           partition=record.partition, offset=record.offset,
+                                                           group=self.group)):
+                if not await self._answer(tp, producer, record):
+                    return
+
+    async def _answer(self, tp: TopicPartition, producer: AIOKafkaProducer, record: ConsumerRecord) -> bool:
+        """Answer and publish one record; False when the partition's batch must stop here."""
+        outcome = await outcome_of(record, self.deps, self.topics, claims=self.claims,
+                                   give_up=lambda: not self.owns(tp))
+        if outcome is None:
+            return False
+        try:
+            await publish_transaction(producer, outcome.messages, consumed=tp, next_offset=record.offset + 1,
+                                      group=self.group)
+        except Exception as exc:
+            await self._retry_later(tp, record, exc)
+            return False
+        self.failures.pop(tp, None)
+        if outcome.answer is not None:
+            log.info("answered %s (%s, %.0f ms)", outcome.answer.question_id, mode_of(outcome.answer),
+                     outcome.answer.latency_ms)
+        return True
 
     async def _at_committed(self, tp: TopicPartition, first_offset: int) -> bool:
         """After a new producer settled the previous owner's transaction: continue if the batch starts
@@ -297,6 +326,7 @@ async def _report_lag(settings: Settings, metrics: Metrics, stop: asyncio.Event,
 
 def run_worker(settings: Settings) -> None:
     """Run the answer consumer until SIGTERM or SIGINT (blocks)."""
+    tracing.setup("epistream-answer", texts=settings.trace_texts)
 
     async def main() -> None:
         stop = asyncio.Event()

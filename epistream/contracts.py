@@ -222,6 +222,16 @@ class TimeRange(BaseModel):
         return self
 
 
+class Position(BaseModel):
+    """A conversation's last produced turn on `memory.turns` (docs/read-your-writes.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    conversation_id: Identifier
+    partition: Annotated[int, Field(ge=0)]
+    offset: Annotated[int, Field(ge=0)]
+
+
 class Question(Contract):
     """`memory.questions`, keyed by question id."""
 
@@ -236,6 +246,9 @@ class Question(Contract):
     budget_tokens: Budget | None = None
     #: context and fast modes: read only memory of this period
     time_range: TimeRange | None = None
+    #: any mode: read once ingest has stored memory.turns through these (bounded wait; see `incomplete`)
+    after: Annotated[list[Position], Field(max_length=1_000)] | None = None
+    listing: Literal["timeline", "facts"] | None = None  # context, one conversation: consumers/listing.py
 
     @model_validator(mode="after")
     def _budget_only_where_read(self) -> Question:
@@ -277,6 +290,8 @@ class Answer(Contract):
     latency_ms: float
     tokens: dict[str, RoleTokens]
     error: str | None = None
+    #: why the answer may miss turns the question's `after` named (not stored in time); None: it did not
+    incomplete: str | None = None
 
 
 class ResolvedPeriod(BaseModel):
@@ -341,6 +356,8 @@ class MemoryContext(Contract):
     past: bool = False  # the question asks about the past: superseded facts are included
     latency_ms: float
     error: str | None = None
+    #: why the read may miss turns the question's `after` named (not stored in time); None: it did not
+    incomplete: str | None = None
 
 
 class DeadLetter(Contract):

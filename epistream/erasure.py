@@ -23,7 +23,11 @@ log = logging.getLogger(__name__)
 async def publish_forgotten(settings: ClientSettings, record: ForgetRecord) -> None:
     """Write the record and wait for every in-sync replica to hold it (acks=all)."""
     producer = create_producer(settings)
-    await producer.start()
+    try:
+        await producer.start()
+    except BaseException:  # a producer that cannot reach the broker is closed, not left to leak (epistream mcp lives on)
+        await producer.stop()
+        raise
     try:
         await producer.send_and_wait(settings.topic_forgotten, key=record.key(), value=record.to_bytes())
     finally:

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import openai
 from pydantic import BaseModel, ValidationError
 
+from . import tracing
 from .errors import ModelOutputError, ModelRejected, ModelUnavailable, is_transient
 from .metrics import Metrics
 from .retry import Backoff, retry
@@ -146,7 +147,32 @@ class ModelClient:
                            within_s=self._restart_wait_s, on_retry=waiting)
 
     async def _create(self, attempt: int, **request: Any) -> Any | None:
-        """One request, measured. None: a retryable failure (already waited out); raises otherwise."""
+        """One request, measured and traced. None: a retryable failure (already waited out); raises otherwise."""
+        with tracing.span(f"chat {self.model}", kind="client", attributes=self._span_attributes(attempt)) as current:
+            tracing.set_text(current, "gen_ai.input.messages", json.dumps(request.get("messages", [])))
+            response = await self._measured(attempt, **request)
+            if current is not None and response is not None:
+                self._describe(current, response)
+            return response
+
+    def _span_attributes(self, attempt: int) -> dict[str, str | int]:
+        """The GenAI conventions' attributes of a model call (what it is, never what it says)."""
+        return {"gen_ai.system": "openai", "gen_ai.operation.name": "chat", "gen_ai.request.model": self.model,
+                "server.address": self.endpoint_label, "epistream.model.role": self.role,
+                "epistream.model.attempt": attempt}
+
+    def _describe(self, current: Any, response: Any) -> None:
+        usage = response.usage
+        tracing.set_attributes(current, {
+            "gen_ai.response.model": str(getattr(response, "model", "") or self.model),
+            "gen_ai.usage.input_tokens": usage.prompt_tokens if usage else 0,
+            "gen_ai.usage.output_tokens": usage.completion_tokens if usage else 0,
+        })
+        if response.choices:
+            message = response.choices[0].message
+            tracing.set_text(current, "gen_ai.output.messages", str(message.content or message.tool_calls or ""))
+
+    async def _measured(self, attempt: int, **request: Any) -> Any | None:
         started = time.perf_counter()
         try:
             response = await self._request(**request)

@@ -44,6 +44,9 @@ class Metrics:
     task_failures: Counter
     reembed_pending: Gauge
     reembedded: Counter
+    read_after_wait_seconds: Histogram
+    reads_incomplete: Counter
+    memory_events_published: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -176,10 +179,26 @@ class Metrics:
                 "Stored vectors re-embedded with the configured embedding model, by kind.",
                 ["kind"], registry=reg,
             ),
+            memory_events_published=Counter(
+                "epistream_memory_events_published_total",
+                "Memory events the relay delivered from the outbox to Kafka, by kind (docs/events.md).",
+                ["kind"], registry=reg,
+            ),
             task_failures=Counter(
                 "epistream_task_failures_total",
                 "Runs of a periodic task (housekeeping) that failed and were skipped, by task and error class.",
                 ["task", "error_class"],
+                registry=reg,
+            ),
+            read_after_wait_seconds=Histogram(
+                "epistream_answer_read_after_wait_seconds",
+                "How long questions with `after` positions waited for ingest to store through them, by outcome "
+                "(stored, timed_out).",
+                ["outcome"], buckets=_FAST, registry=reg,
+            ),
+            reads_incomplete=Counter(
+                "epistream_answer_reads_incomplete_total",
+                "Replies marked incomplete: their `after` positions were not stored within EPISTREAM_READ_AFTER_TIMEOUT_S.",
                 registry=reg,
             ),
         )

@@ -23,6 +23,8 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .embedder_cards import CARDS, DEFAULT_EMBEDDER, EmbedderCard, card_named
+from .settings_events import EventSettings
+from .settings_mcp import McpSettings
 
 ENV_PREFIX = "EPISTREAM_"
 KAFKA_CA_FILE = "ca.crt"
@@ -265,7 +267,7 @@ class SegmentSettings(BaseSettings):
     segment_overlap: float = Field(0.10, description="Share of the budget carried into the next segment.")
     segment_max_gap_s: float = Field(6 * 3600, description="A longer gap between turns closes the segment.")
     segment_idle_s: float = Field(300.0, description="Close a conversation's open segment after this idle time.")
-    segment_check_every_s: float = Field(5.0, description="How often idle segments and the outbox are checked.")
+    segment_check_every_s: float = Field(5.0, description="How often idle segments and the outboxes (segments, memory events) are checked.")
     enrich_concurrency: int = Field(1, description="Segments enriched at once per worker.")
     enrich_retry_every_s: float = Field(
         5.0, description="During a model outage: first pause before a probe call, and how often waiting segments are retried."
@@ -346,14 +348,19 @@ class WorkerSettings(BaseSettings):
         128, ge=1, le=100_000,
         description="Turns of a batch embedded and stored per transaction; the next chunk is embedded while one "
         "is written. At least the batch (the default): one transaction, no overlap; smaller chunks pad ONNX "
-        "batches more.",
-    )
+        "batches more.")  # closed here: settings.py is at its 450-line limit
     metrics_host: str = Field("127.0.0.1", description="Address /metrics binds to (0.0.0.0 in containers).")
     ingest_metrics_port: int = Field(9101, description="The ingest worker's /metrics.")
     enrich_group: str = Field("epistream-enrich", description="Faust app id (consumer group) of the enrich worker.")
     enrich_metrics_port: int = Field(9104, description="The enrich worker's /metrics.")
     answer_metrics_port: int = Field(9102, description="The answer worker's /metrics.")
     answer_group: str = Field("epistream-answer", description="Consumer group of the answer workers.")
+    trace_texts: bool = Field(False, description="Spans carry questions, prompts, completions (docs/tracing.md).")
+    read_after_timeout_s: float = Field(
+        5.0, gt=0, le=300,
+        description="Longest wait of the answer worker for a question's `after` positions to be stored; past it "
+        "the read goes ahead and its reply says it is incomplete (docs/read-your-writes.md).",
+    )
 
 
 class SecuritySettings(BaseSettings):
@@ -395,10 +402,10 @@ class SupervisionSettings(BaseSettings):
 
 #: The groups in the order documentation lists them.
 GROUPS: tuple[type[BaseSettings], ...] = (KafkaSettings, PostgresSettings, ModelSettings, SegmentSettings,
-                                          RetrievalSettings, WorkerSettings, SecuritySettings, SupervisionSettings)
+    RetrievalSettings, WorkerSettings, SecuritySettings, SupervisionSettings, McpSettings, EventSettings)
 
 
-class ClientSettings(KafkaSettings, SecuritySettings, SupervisionSettings):
+class ClientSettings(KafkaSettings, SecuritySettings, SupervisionSettings, EventSettings):
     """What a client needs: the broker, its topics, the tenant-claim secret of the operator's tools,
     and the home where an embedded broker keeps its CA."""
 

@@ -9,6 +9,7 @@ The ACLs, for tenant T (principal ``User:tenant.<slug>``, slug from epistream.re
   inside those records is proven by its signature, which the workers check.
 * READ on ``<answers>.<slug>`` (literal) and on every topic under ``<answers>.<slug>.`` (prefixed):
   its replies. A slug has no dot, so no other tenant's topic matches either pattern.
+* READ on ``<events>.<slug>`` (literal): its memory events (epistream.memory_events).
 * READ on consumer groups named ``tenant.<slug>.*`` (prefixed): its replicas may share its replies.
 * Nothing else: the broker refuses what no ACL allows (``allow.everyone.if.no.acl.found=false``), so
   the shared topics (segments, answers, DLQ, forgotten) stay closed to it."""
@@ -24,6 +25,7 @@ from typing import cast
 from .claims import ClaimCheck
 from .errors import PermanentError
 from .kafka_io import admin_results, create_librdkafka_admin, trusted_cafile
+from .memory_events import tenant_events_topic
 from .replies import tenant_reply_topic, tenant_slug
 from .settings import Settings
 from .topics import retention_ms
@@ -50,6 +52,7 @@ class TenantCredentials:
     password: str
     reply_topic: str
     signing_key: bytes
+    events_topic: str
 
     @property
     def consumer_group_prefix(self) -> str:
@@ -67,7 +70,8 @@ class TenantCredentials:
         return [f"EPISTREAM_KAFKA_BOOTSTRAP={settings.kafka_bootstrap}", "EPISTREAM_KAFKA_EMBEDDED=false", *tls,
                 f"EPISTREAM_KAFKA_SECURITY_PROTOCOL={settings.kafka_security_protocol}", *login,
                 f"# signing key (epistream.client: tenant_key=bytes.fromhex(...)): {self.signing_key.hex()}",
-                f"# replies: {self.reply_topic} (consumer groups: {self.consumer_group_prefix}*)"]
+                f"# replies: {self.reply_topic} (consumer groups: {self.consumer_group_prefix}*)",
+                f"# memory events: {self.events_topic}"]
 
 
 def kafka_username(tenant: str) -> str:
@@ -88,7 +92,7 @@ def credentials(settings: Settings, tenant: str) -> TenantCredentials:
     secret = settings.tenant_key_secret.get_secret_value().encode()
     return TenantCredentials(tenant=tenant, username=kafka_username(tenant), password=kafka_password(secret, tenant),
                              reply_topic=tenant_reply_topic(settings.topic_answers, tenant),
-                             signing_key=check.key(tenant))
+                             signing_key=check.key(tenant), events_topic=tenant_events_topic(settings.topic_events, tenant))
 
 
 def _bindings(settings: Settings, creds: TenantCredentials) -> list:
@@ -106,6 +110,7 @@ def _bindings(settings: Settings, creds: TenantCredentials) -> list:
         allow(topic, creds.reply_topic, AclOperation.READ, ResourcePatternType.LITERAL),
         allow(topic, creds.reply_topic + ".", AclOperation.READ, ResourcePatternType.PREFIXED),
         allow(group, creds.consumer_group_prefix, AclOperation.READ, ResourcePatternType.PREFIXED),
+        allow(topic, creds.events_topic, AclOperation.READ, ResourcePatternType.LITERAL),
     ]
 
 
@@ -135,6 +140,11 @@ def add_tenant(settings: Settings, tenant: str) -> TenantCredentials:
     topic = NewTopic(creds.reply_topic, num_partitions=1, replication_factor=1,
                      config={"retention.ms": retention_ms(settings.topic_retention_days)})
     _wait(admin.create_topics([topic], request_timeout=_TIMEOUT_S), f"creating {creds.reply_topic}",
+          tolerate=("TOPIC_ALREADY_EXISTS",))
+    # Keyed by conversation, as the shared events topic; the relay sends the tenant's events here.
+    events = NewTopic(creds.events_topic, num_partitions=settings.turns_partitions, replication_factor=1,
+                      config={"retention.ms": retention_ms(settings.topic_retention_days)})
+    _wait(admin.create_topics([events], request_timeout=_TIMEOUT_S), f"creating {creds.events_topic}",
           tolerate=("TOPIC_ALREADY_EXISTS",))
     if secured:
         _wait(admin.create_acls(_bindings(settings, creds), request_timeout=_TIMEOUT_S),
@@ -172,6 +182,6 @@ def remove_tenant(settings: Settings, tenant: str, *, keep_replies: bool = False
                                              request_timeout=_TIMEOUT_S),
           f"deleting the login {creds.username}", tolerate=("RESOURCE_NOT_FOUND",))
     if not keep_replies:
-        _wait(admin.delete_topics([creds.reply_topic], request_timeout=_TIMEOUT_S), f"deleting {creds.reply_topic}",
-              tolerate=("UNKNOWN_TOPIC_OR_PART",))
+        _wait(admin.delete_topics([creds.reply_topic, creds.events_topic], request_timeout=_TIMEOUT_S),
+              f"deleting {creds.reply_topic} and {creds.events_topic}", tolerate=("UNKNOWN_TOPIC_OR_PART",))
     return creds

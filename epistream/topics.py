@@ -50,6 +50,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         # scope's older copies, never the last one.
         TopicSpec(settings.topic_forgotten, 1, {"cleanup.policy": "compact", "retention.ms": "-1"}),
         TopicSpec(settings.topic_health, 1, HEALTH_TOPIC_CONFIG),
+        # Keyed by conversation like the turns; kept as long as the replies (a reader catches up within it).
+        TopicSpec(settings.topic_events, settings.turns_partitions, replies_kept),
     ]
 
 

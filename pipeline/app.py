@@ -13,6 +13,7 @@ import faust
 from mode import Service
 from psycopg_pool import AsyncConnectionPool
 
+from epistream import tracing
 from epistream.claims import ClaimCheck
 from epistream.embeddings import Embedder
 from epistream.erasure import parse_forgotten
@@ -23,6 +24,7 @@ from epistream.settings import Settings
 
 from . import erasure, housekeeping, outbox
 from .delivery import settle
+from .event_relay import EventRelay
 from .ingest import IngestResult, ingest_batch
 from .records import RawRecord
 from .reembed import reembed_round
@@ -95,8 +97,10 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
 
     async def send_segment(key: bytes, value: bytes) -> None:
         # Faust's send returns the delivery future: the outbox marks a segment published only after it.
-        delivery = await segments_topic.send(key=key, value=value)
-        await delivery
+        with tracing.span(f"send {settings.topic_segments}", kind="producer",
+                          attributes=tracing.messaging("send", "send", settings.topic_segments)):
+            delivery = await segments_topic.send(key=key, value=value, headers=tracing.inject() or None)
+            await delivery
 
     async def publish(closed: Sequence[tuple[str, str]]) -> None:
         """Send closed segments (whole) to memory.segments; each is marked published once delivered."""
@@ -119,6 +123,13 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
             await settle(events, to_record=RawRecord.from_faust, ingest=ingest_records, send_dead=send_dead,
                          publish=publish, ack=stream.ack, metrics=metrics,
                          max_request_size=app.conf.producer_max_request_size)
+            relay.wake()  # the batch's memory events are committed: out with them
+
+    relay = EventRelay(settings, lambda: resources.shared.pool if resources.shared else None, metrics)
+
+    @app.task
+    async def relay_events() -> None:
+        await relay.run()
 
     forgotten_topic = app.topic(settings.topic_forgotten, key_serializer="raw", value_serializer="raw")
 
@@ -130,11 +141,16 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
             record = parse_forgotten(value)
             if record is not None:
                 await erasure.apply_arriving(resources.pool, record, metrics)
+                relay.wake()
 
     async def send_close(key: bytes, value: bytes, tenant: str) -> None:
-        # Signed like any record on memory.turns: the workers hold the secret tenant keys derive from.
-        delivery = await turns_topic.send(key=key, value=value, headers=claims.headers_for(tenant, value))
-        await delivery
+        # Signed like any record on memory.turns: the workers hold the secret tenant keys derive from. Traced
+        # as a send of its own: the segment it closes is enriched in the trace this starts.
+        with tracing.span(f"send {settings.topic_turns}", kind="producer",
+                          attributes=tracing.messaging("send", "send", settings.topic_turns)):
+            delivery = await turns_topic.send(key=key, value=value,
+                                              headers=tracing.inject(claims.headers_for(tenant, value)))
+            await delivery
 
     async def housekeeping_round() -> None:
         await housekeeping.tick(resources.pool, idle_s=settings.segment_idle_s, send_close=send_close,
@@ -160,6 +176,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
 
 def run_worker(settings: Settings) -> None:
     """Run the indexer until SIGTERM (blocks)."""
+    tracing.setup("epistream-ingest", texts=settings.trace_texts)
     metrics = Metrics.create()
     app = create_app(settings, metrics)
     worker = faust.Worker(app, loglevel="INFO", quiet=True)

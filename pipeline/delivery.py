@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
+from epistream import tracing
 from epistream.dead_letters import DEFAULT_MAX_REQUEST_SIZE, DeadLetterSend, dead_letter
 from epistream.metrics import Metrics
 from epistream.retry import BLOCKING, Backoff, retry
@@ -39,7 +41,37 @@ async def settle(
     """Store the batch, dead-letter what it set aside (waiting out a broker that cannot take the
     letters yet: `send_dead` must return only once the letter is delivered), publish what it
     closed, then ack every event."""
-    result = await ingest([to_record(e) for e in events])
+    records = [to_record(e) for e in events]
+    with _process_span(records):
+        await _settle(events, records, ingest=ingest, send_dead=send_dead, publish=publish, ack=ack, metrics=metrics,
+                      max_request_size=max_request_size, backoff=backoff)
+
+
+def _process_span(records: Sequence[RawRecord]) -> AbstractContextManager[object]:
+    """The batch's process span, as the messaging conventions have batch processing: no parent, a link
+    to each record's producer span (a batch holds records of many traces), and its partition when it
+    has one only."""
+    if not tracing.enabled() or not records:
+        return nullcontext()
+    links = []
+    for record in records:
+        parent = tracing.extract(record.headers)
+        if parent is not None:
+            links.append(tracing.link(parent, tracing.messaging("process", "process", record.topic,
+                                                                partition=record.partition, offset=record.offset)))
+    first = records[0]
+    one_partition = all(r.partition == first.partition for r in records)
+    attributes = tracing.messaging("process", "process", first.topic, count=len(records),
+                                   partition=first.partition if one_partition else None)
+    return tracing.span(f"process {first.topic}", kind="consumer", attributes=attributes, links=links)
+
+
+async def _settle(events: Sequence[E], records: list[RawRecord], *,
+                  ingest: Callable[[Sequence[RawRecord]], Awaitable[IngestResult]], send_dead: DeadLetterSend,
+                  publish: Callable[[list[tuple[str, str]]], Awaitable[object]],
+                  ack: Callable[[E], Awaitable[object]], metrics: Metrics, max_request_size: int,
+                  backoff: Backoff) -> None:
+    result = await ingest(records)
     for rejected in result.dead:
         async def send_letter(rejected: Rejected = rejected) -> None:
             await dead_letter(send_dead, metrics, rejected.record, stage=STAGE, error=rejected.error,
@@ -48,7 +80,8 @@ async def settle(
         await retry(send_letter, backoff=backoff, on_retry=_waiting)
     if result.closed_segments:
         # Stored in the outbox already: a failed publish is the outbox's to repeat, never a reason to re-read.
-        await publish(result.closed_segments)
+        with tracing.publishing(result.origins):
+            await publish(result.closed_segments)
     for event in events:
         await ack(event)
 

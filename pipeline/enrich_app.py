@@ -13,6 +13,7 @@ from typing import cast
 import faust
 from mode import Service
 
+from epistream import tracing
 from epistream.contracts import Segment, decode
 from epistream.dead_letters import dead_letter
 from epistream.errors import ContractError
@@ -25,6 +26,7 @@ from epistream.settings import Settings
 from . import erasure
 from .breaker import CircuitBreaker
 from .enrich import STAGE, EnrichDeps, EnrichOutcome, enrich_segment, retry_waiting
+from .event_relay import EventRelay
 from .records import RawRecord
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,12 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         await dead_letter(send_dead, metrics, record, stage=STAGE, error=outcome.error,
                           attempts=settings.llm_max_retries + 1)
 
+    relay = EventRelay(settings, lambda: resources.shared.pool if resources.shared else None, metrics)
+
+    @app.task
+    async def relay_events() -> None:
+        await relay.run()
+
     @app.agent(segments_topic, name="enrich", concurrency=settings.enrich_concurrency)
     async def enrich(stream: faust.StreamT[bytes]) -> None:
         # Acknowledged by hand, only once the segment is enriched, waiting in the store or
@@ -104,16 +112,25 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         manual = cast("faust.Stream[bytes]", stream).noack()
         async for event in manual.events():
             record = RawRecord.from_faust(event)
-            try:
-                segment = decode(record.value, Segment, what="memory.segments event")
-            except ContractError as exc:
-                await dead_letter(send_dead, metrics, record, stage=STAGE, error=exc)
-            else:
-                assert resources.deps is not None
-                outcome = await enrich_segment(segment, resources.deps)
-                if outcome.error is not None:
-                    await letter(record, outcome)
+            # One record, one process span: the child of the segment's send, in the trace of its turn.
+            with tracing.span(f"process {record.topic}", kind="consumer", parent=tracing.extract(record.headers),
+                              attributes=tracing.messaging("process", "process", record.topic,
+                                                           partition=record.partition, offset=record.offset,
+                                                           group=settings.enrich_group)):
+                await process(record)
             await manual.ack(event)
+            relay.wake()  # what the enrichment stored is committed, its events with it
+
+    async def process(record: RawRecord) -> None:
+        try:
+            segment = decode(record.value, Segment, what="memory.segments event")
+        except ContractError as exc:
+            await dead_letter(send_dead, metrics, record, stage=STAGE, error=exc)
+        else:
+            assert resources.deps is not None
+            outcome = await enrich_segment(segment, resources.deps)
+            if outcome.error is not None:
+                await letter(record, outcome)
 
     @app.timer(interval=settings.enrich_retry_every_s)
     async def resume_waiting() -> None:
@@ -129,6 +146,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
             await retry_waiting(resources.deps, on_failed=dead)
         except Exception:  # the next tick retries; a timer that raises would stop the worker
             log.exception("retrying waiting segments failed")
+        relay.wake()
         await report_lag(settings, metrics, settings.enrich_group, [settings.topic_segments])
 
 
@@ -138,6 +156,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
 
 def run_worker(settings: Settings) -> None:
     """Run the enrich worker until SIGTERM (blocks)."""
+    tracing.setup("epistream-enrich", texts=settings.trace_texts)
     metrics = Metrics.create()
     app = create_app(settings, metrics)
     worker = faust.Worker(app, loglevel="INFO", quiet=True)

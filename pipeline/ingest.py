@@ -19,16 +19,18 @@ import numpy as np
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
+from epistream import tracing
 from epistream.claims import ClaimCheck
 from epistream.contracts import SegmentCloseRequest, Turn, decode
 from epistream.db import tenant_scope
 from epistream.embeddings import DIMENSIONS, Embedder, turn_embedding_text
 from epistream.metrics import Metrics
 from epistream.retry import BLOCKING, retry
+from epistream.watermarks import Through, advance, through_of
 
 from .records import RawRecord
 from .segmenter import SegmenterConfig
-from .store import segments
+from .store import events, segments
 from .store.tombstones import guard, is_forgotten
 from .store.turns import upsert_turns
 
@@ -51,6 +53,9 @@ class IngestResult:
     outcomes: list[str] = field(default_factory=list)
     dead: list[Rejected] = field(default_factory=list)
     closed_segments: list[tuple[str, str]] = field(default_factory=list)
+    #: (tenant, conversation_id) -> the trace its latest record carried (tracing on only): where the
+    #: record of a segment the batch closed continues from.
+    origins: dict[tuple[str, str], object] = field(default_factory=dict)
 
 
 def decode_record(record: RawRecord, claims: ClaimCheck | None = None) -> Turn | SegmentCloseRequest:
@@ -103,8 +108,12 @@ async def ingest_batch(
             items.append((record, decode_record(record, claims)))
         except Exception as exc:  # ContractError with its reason; anything else is still this record's
             result.dead.append(Rejected(record, exc))
+    result.origins = tracing.origins_of((t.tenant, t.conversation_id, r.headers) for r, t in items)
     store = _Store(pool, embedder, metrics, segmenter, max_backoff_s)
-    await store.chunks(split_chunks(items, chunk_turns), result)
+    # The last commit also covers the batch's unusable records after the last usable one (or, with
+    # none usable, an empty commit covers them alone): ingest is done with the whole batch then.
+    batch_end = through_of((r.topic, r.partition, r.offset) for r in records)
+    await store.chunks(split_chunks(items, chunk_turns) or ([[]] if batch_end else []), result, batch_end)
     result.dead.sort(key=lambda r: r.record.offset)
     _observe(metrics, result, [(t, r) for r, t in items if isinstance(t, Turn)])
     metrics.ingest_batch_seconds.observe(time.perf_counter() - started)
@@ -157,7 +166,7 @@ class _Store:
     segmenter: SegmenterConfig | None
     max_backoff_s: float
 
-    async def chunks(self, chunks: list[list[Item]], result: IngestResult) -> None:
+    async def chunks(self, chunks: list[list[Item]], result: IngestResult, batch_end: Through) -> None:
         """Chunk k is written while chunk k+1 is embedded: the next embedding starts once this
         chunk's vectors are in (two at once would only split the cores between them)."""
         upcoming = self._embedding(chunks[0]) if chunks else None
@@ -167,26 +176,29 @@ class _Store:
                 assert current is not None
                 vectors = await _outcome(current)
                 upcoming = self._embedding(chunks[k + 1]) if k + 1 < len(chunks) else None
-                await self.chunk(chunk, vectors, result)
+                await self.chunk(chunk, vectors, result, batch_end if k + 1 == len(chunks) else {})
         finally:
             # A cancel (or anything else) mid-batch: the next chunk's embedding is abandoned, its
             # thread finishes on its own and nobody reads what it computed.
             _abandon(upcoming)
 
-    async def chunk(self, items: list[Item], vectors: np.ndarray | Exception, result: IngestResult) -> None:
+    async def chunk(self, items: list[Item], vectors: np.ndarray | Exception, result: IngestResult,
+                    end: Through) -> None:
+        """`end`: what the chunk's commit covers beyond its own records (the batch's end, for the last)."""
         try:
             if isinstance(vectors, Exception):
                 raise vectors
-            await self.commit(items, vectors, result)
+            with tracing.span("store turns", attributes={"epistream.records": len(items)}):
+                await self.commit(items, vectors, result, end)
         except Exception as exc:
             log.warning("chunk of %d records failed (%s: %s): storing them one by one", len(items),
                         type(exc).__name__, str(exc)[:200])
-            await self.one_by_one(items, result)
+            await self.one_by_one(items, result, end)
 
-    async def one_by_one(self, items: list[Item], result: IngestResult) -> None:
-        for item in items:
+    async def one_by_one(self, items: list[Item], result: IngestResult, end: Through) -> None:
+        for n, item in enumerate(items):
             try:
-                await self.commit([item], await self.embed(_turns([item])), result)
+                await self.commit([item], await self.embed(_turns([item])), result, end if n + 1 == len(items) else {})
             except Exception as one:
                 result.dead.append(Rejected(item[0], one))
 
@@ -198,16 +210,18 @@ class _Store:
             return np.zeros((0, DIMENSIONS), dtype=np.float32)
         embed_started = time.perf_counter()
         # ONNX Runtime releases the GIL: run it off the event loop.
-        vectors = await asyncio.to_thread(self.embedder.embed,
-                                          [turn_embedding_text(t.speaker, t.text, t.ts) for t in turns])
+        with tracing.span("embed turns", attributes={"epistream.turns": len(turns)}):
+            vectors = await asyncio.to_thread(self.embedder.embed,
+                                              [turn_embedding_text(t.speaker, t.text, t.ts) for t in turns])
         self.metrics.embedding_seconds.observe(time.perf_counter() - embed_started)
         return vectors
 
-    async def commit(self, items: list[Item], vectors: np.ndarray, result: IngestResult) -> None:
-        """Write the items in one transaction (retried while transient), and add what was written to
-        `result` only once it is committed."""
+    async def commit(self, items: list[Item], vectors: np.ndarray, result: IngestResult, end: Through) -> None:
+        """Write the items in one transaction (retried while transient), with the watermark through them
+        and `end`, and add what was written to `result` only once it is committed."""
         turns = _turns(items)
-        if not turns and (self.segmenter is None or not items):
+        through = through_of(((r.topic, r.partition, r.offset) for r, _ in items), into=end)
+        if not through:
             return
         vector_of = {id(t): v for t, v in zip(turns, vectors, strict=True)}
 
@@ -215,7 +229,10 @@ class _Store:
             # One transaction per chunk: a failed attempt leaves nothing of it behind.
             done = IngestResult()
             async with self.pool.connection() as conn, conn.transaction():
-                await _write(conn, items, vector_of, self.segmenter, done)
+                if turns or (self.segmenter is not None and items):
+                    await _write(conn, items, vector_of, self.segmenter, done)
+                # Last, so the watermark rows stay locked only for the commit.
+                await advance(conn, through)
             return done
 
         def waiting(exc: BaseException, attempt_no: int, delay: float) -> None:
@@ -256,6 +273,8 @@ async def _write(conn: AsyncConnection, items: list[Item], vector_of: dict[int, 
             # Holds off a concurrent forget of these conversations until this transaction commits.
             forgotten = await guard(conn, tenant, [t.conversation_id for _, t in items if t.tenant == tenant])
             run: list[tuple[Turn, RawRecord]] = []
+            written: list[tuple[Turn, RawRecord, str]] = []
+            closed_before = len(result.closed_segments)
             for record, decoded in (i for i in items if i[1].tenant == tenant):
                 if isinstance(decoded, Turn):
                     if is_forgotten(forgotten, decoded.conversation_id):
@@ -263,28 +282,35 @@ async def _write(conn: AsyncConnection, items: list[Item], vector_of: dict[int, 
                     else:
                         run.append((decoded, record))
                     continue
-                await _write_turns(conn, run, vector_of, segmenter, result)
+                written += await _write_turns(conn, run, vector_of, segmenter, result)
                 run = []
                 if segmenter is not None and not is_forgotten(forgotten, decoded.conversation_id):
                     result.closed_segments.extend(await segments.close_if_idle(
                         conn, tenant, decoded.conversation_id, decoded.after_turn_id, segmenter))
-            await _write_turns(conn, run, vector_of, segmenter, result)
+            written += await _write_turns(conn, run, vector_of, segmenter, result)
+            # Announced in this transaction: the events exist exactly when what they announce committed.
+            await events.add(conn, await events.turns_stored(conn, tenant, written))
+            await events.add(conn, await events.segments_closed(
+                conn, tenant, [sid for _, sid in result.closed_segments[closed_before:]]))
 
 
 async def _write_turns(conn: AsyncConnection, run: list[tuple[Turn, RawRecord]], vector_of: dict[int, np.ndarray],
-                       segmenter: SegmenterConfig | None, result: IngestResult) -> None:
+                       segmenter: SegmenterConfig | None, result: IngestResult) -> list[tuple[Turn, RawRecord, str]]:
+    """Store a run of turns and advance their segmenters; return each turn with its record and outcome."""
     if not run:
-        return
+        return []
     turns = [t for t, _ in run]
     vectors = np.stack([vector_of[id(t)] for t in turns])
     outcomes = await upsert_turns(conn, turns, vectors, [r for _, r in run])
     result.stored.extend(turns)
     result.outcomes.extend(outcomes)
+    written = [(t, r, o) for (t, r), o in zip(run, outcomes, strict=True)]
     if segmenter is None:
-        return
+        return written
     inserted = [t for t, o in zip(turns, outcomes, strict=True) if o == "inserted"]
     result.closed_segments.extend(await segments.advance(conn, inserted, segmenter))
     # A corrected turn (same id, new content) of a closed segment: that segment is rebuilt and
     # goes back through the outbox to be enriched again.
     corrected = [t for t, o in zip(turns, outcomes, strict=True) if o == "updated"]
     result.closed_segments.extend(await segments.rebuild_containing(conn, corrected))
+    return written

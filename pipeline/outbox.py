@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from psycopg_pool import AsyncConnectionPool
 
+from epistream import tracing
 from epistream.db import tenant_scope
 
 from .store import segments
@@ -30,7 +31,9 @@ async def publish(pool: AsyncConnectionPool, closed: Sequence[tuple[str, str]], 
                     segment = await segments.load_segment(conn, tenant, sid)
                     if segment is None:
                         continue  # forgotten since it was closed
-                    await send(segment.conversation_id.encode(), segment.to_bytes())
+                    # The record carries on the trace of the turn that closed the segment, where known.
+                    with tracing.attached(tracing.origin(tenant, segment.conversation_id)):
+                        await send(segment.conversation_id.encode(), segment.to_bytes())
                     await segments.mark_published(conn, tenant, [sid])
                 published += 1
     except Exception as exc:

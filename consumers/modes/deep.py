@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from epistream import tracing
 from epistream.contracts import Evidence, Question
 from epistream.db import tenant_scope
 from epistream.llm import Usage
@@ -44,6 +45,7 @@ def period_first(in_period: list[RetrievedTurn], anywhere: list[RetrievedTurn]) 
     return in_period + [t for t in anywhere if (t.conversation_id, t.turn_id) not in seen]
 
 
+@tracing.traced("retrieve windows")
 async def read_windows(deps: AnswerDeps, question: Question, when: QuestionTime | None = None) -> list[SegmentText]:
     """The reading windows around the question's best turns: those said about its period first (they are
     found within it), then the best of the whole memory."""
@@ -103,6 +105,7 @@ def to_evidence(quotes: list[QuotedTurn]) -> list[Evidence]:
     ]
 
 
+@tracing.traced("route segments")
 async def routed_segments(deps: AnswerDeps, question: Question, when: QuestionTime) -> list[SegmentText]:
     """E-mem's reading: the router's segments, whole."""
     vector = await asyncio.to_thread(deps.embedder.embed_query, question.question)

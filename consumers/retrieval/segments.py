@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 from psycopg import AsyncConnection, sql
 
+from epistream import tracing
+
 from ..timefilter import DateRange
 from .fragments import (
     ALL_KEYWORDS,
@@ -132,6 +134,7 @@ def route_params(*, tenant: str, question: str, vector: np.ndarray, conversation
             "vector": vector, "candidates": recipe.candidates, "turn_candidates": recipe.turn_candidates, **time}
 
 
+@tracing.traced("route summary", {"epistream.pathways": "summary"})
 async def _summary(conn: AsyncConnection, params: dict, recipe: SegmentRecipe, found: Candidates) -> None:
     cur = await conn.execute(summary_pathway(KEYWORD_CONFIG), params)
     rows = await cur.fetchall()
@@ -142,6 +145,7 @@ async def _summary(conn: AsyncConnection, params: dict, recipe: SegmentRecipe, f
         found.conversation.setdefault(segment_id, segment_id.rsplit("#", 1)[0])
 
 
+@tracing.traced("route dense", {"epistream.pathways": "dense"})
 async def _dense(conn: AsyncConnection, params: dict, recipe: SegmentRecipe, found: Candidates) -> None:
     cur = await conn.execute(DENSE_PATHWAY, params)
     for segment_id, conversation_id, _, score in await cur.fetchall():
@@ -149,6 +153,7 @@ async def _dense(conn: AsyncConnection, params: dict, recipe: SegmentRecipe, fou
         found.conversation[segment_id] = conversation_id
 
 
+@tracing.traced("route lexical", {"epistream.pathways": "lexical"})
 async def _lexical(conn: AsyncConnection, params: dict, recipe: SegmentRecipe, found: Candidates) -> None:
     cur = await conn.execute(lexical_pathway(KEYWORD_CONFIG), params)
     for segment_id, conversation_id, _, score, strong in await cur.fetchall():

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 from psycopg import AsyncConnection, sql
 
+from epistream import tracing
+
 from .execute import rows
 from .fragments import conversations, fact_days, gist_days, in_scope, nearest, overlaps_window, span_columns
 
@@ -47,6 +49,7 @@ def padded_words(question: str) -> str:
     return f" {' '.join(_NON_WORD.sub(' ', question.lower()).split())} "
 
 
+@tracing.traced("retrieve gists", {"epistream.pathways": "dense"})
 async def nearest_gists(conn: AsyncConnection, *, tenant: str, vector: np.ndarray,
                         conversation_ids: list[str] | None, limit: int,
                         first_day: date | None = None, last_day: date | None = None) -> list[dict[str, Any]]:
@@ -58,6 +61,7 @@ async def nearest_gists(conn: AsyncConnection, *, tenant: str, vector: np.ndarra
                                             "vector": vector, "limit": limit, "start": first_day, "end": last_day})
 
 
+@tracing.traced("retrieve facts", {"epistream.pathways": "entities"})
 async def facts_named(conn: AsyncConnection, *, tenant: str, question: str, conversation_ids: list[str] | None,
                       limit: int, with_superseded: bool = True, first_day: date | None = None,
                       last_day: date | None = None) -> list[dict[str, Any]]:

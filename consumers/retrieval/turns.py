@@ -13,6 +13,8 @@ import numpy as np
 from psycopg import AsyncConnection, sql
 from psycopg.rows import class_row
 
+from epistream import tracing
+
 from .execute import rows
 from .fragments import (
     TURN_IN_WINDOW,
@@ -220,6 +222,7 @@ class NeighbourTurn:
     seed: int
 
 
+@tracing.traced("retrieve neighbours")
 async def neighbour_turns(conn: AsyncConnection, *, tenant: str, seeds: list[RetrievedTurn], each_side: int = 1,
                           start: datetime | None = None, end: datetime | None = None) -> list[NeighbourTurn]:
     """Up to ``each_side`` turns before and after each seed, said within [start, end). Run inside
@@ -232,6 +235,7 @@ async def neighbour_turns(conn: AsyncConnection, *, tenant: str, seeds: list[Ret
     return [NeighbourTurn(RetrievedTurn(**{k: v for k, v in r.items() if k != "seed"}), int(r["seed"])) for r in found]
 
 
+@tracing.traced("retrieve gist sources")
 async def turns_at(conn: AsyncConnection, *, tenant: str, wanted: list[tuple[str, str, int]],
                    start: datetime | None = None, end: datetime | None = None) -> list[NeighbourTurn]:
     """The turns ``wanted`` as (conversation id, turn id, place of what pointed at it), said within

@@ -19,6 +19,8 @@ from typing import Any, Protocol
 import numpy as np
 from psycopg import AsyncConnection
 
+from epistream import tracing
+
 from .facts import find_entity_contexts
 from .gists import find_gist_contexts
 from .limits import MAX_RESULT_CHARS
@@ -140,7 +142,8 @@ async def run_tool(
     if conn is None:
         raise ValueError("call_tool needs a connection for data tools")
     scope = CallScope(name, conn, tenant, embedder, conversation_ids, start, end)
-    return await RUNNERS[name](scope, args)
+    with tracing.span(f"tool {name}", attributes={"epistream.tool": name}):  # a known name: validated above
+        return await RUNNERS[name](scope, args)
 
 
 async def call_tool(

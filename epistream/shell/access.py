@@ -37,7 +37,7 @@ def cmd_tenant(args: argparse.Namespace) -> int:
         else:
             creds = remove_tenant(settings, args.tenant, keep_replies=args.keep_replies)
             print(f"revoked {creds.username}: its ACLs and login are gone"
-                  + ("" if args.keep_replies else f", and {creds.reply_topic}"))
+                  + ("" if args.keep_replies else f", and {creds.reply_topic} and {creds.events_topic}"))
     except TenantAdminError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -71,7 +71,7 @@ def add_access_commands(sub: argparse._SubParsersAction) -> None:
                                       "and questions, read its replies only), reply topic and key; or revoke them")
     p.add_argument("action", choices=["add", "remove"])
     p.add_argument("tenant")
-    p.add_argument("--keep-replies", action="store_true", help="remove: keep the tenant's reply topic")
+    p.add_argument("--keep-replies", action="store_true", help="remove: keep the tenant's reply and events topics")
     p.set_defaults(func=cmd_tenant)
 
     p = sub.add_parser("kafka-config", help="write a secured (SASL_SSL) broker's server.properties, CA, certificate "

@@ -12,10 +12,16 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from .. import tracing
 from ..settings import ClientSettings, Settings, SettingsError, load_settings
 from .access import add_access_commands
+from .mcp import add_mcp_command
 from .output import fail_loudly, print_answer, print_rows, unhealthy
+
+if TYPE_CHECKING:
+    from ..contracts import Position
 
 
 def _settings() -> Settings:
@@ -23,8 +29,11 @@ def _settings() -> Settings:
 
 
 def _client_settings() -> ClientSettings:
-    """The client verbs' settings (produce, ask, context, forget): a client install configures no server."""
-    return load_settings(ClientSettings)
+    """The client verbs' settings (produce, ask, context, forget): a client install configures no server.
+    Tracing starts here where OTEL_* asks for it, so what a verb produces carries its trace."""
+    settings = load_settings(ClientSettings)
+    tracing.setup("epistream-cli")  # the client's spans hold no text: EPISTREAM_TRACE_TEXTS is the workers'
+    return settings
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -100,10 +109,31 @@ def cmd_produce(args: argparse.Namespace) -> int:
         for line, error in bad:
             print(f"{path}:{line}: skipped: {error}", file=sys.stderr)
     records = list(_turn_records(path, args.tenant, args.conversation_prefix))
+    positions: dict[str, Position] = {}
     with tqdm(total=len(records), unit="turn", desc=f"producing to {settings.topic_turns}") as bar:
-        sent = asyncio.run(produce_raw(settings, records, progress=bar))
+        sent = asyncio.run(produce_raw(settings, records, progress=bar, positions=positions))
     print(f"produced {sent} turns from {path}")
+    # Each conversation's last turn, as `context`/`ask` take it to read what was just produced.
+    for n, position in enumerate(positions.values()):
+        if n == 20:
+            print(f"(and {len(positions) - 20} more conversations)")
+            break
+        print(f"--after {position.conversation_id}@{position.partition}:{position.offset}")
     return 0
+
+
+def _after(text: str) -> Position:
+    """`[CONVERSATION@]PARTITION:OFFSET`, as `epistream produce` prints it, for --after."""
+    from ..contracts import Position
+
+    conversation, _, at = text.rpartition("@")
+    partition, sep, offset = at.partition(":")
+    try:
+        if not sep:
+            raise ValueError("no ':'")
+        return Position(conversation_id=conversation or "*", partition=int(partition), offset=int(offset))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not [CONVERSATION@]PARTITION:OFFSET ({exc})") from None
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -124,7 +154,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         if bad:
             return fail_loudly(settings, "cannot ask: the answer path is not healthy", bad=bad)
     try:
-        answer = asyncio.run(ask(settings, question, timeout_s=args.timeout))
+        answer = asyncio.run(ask(settings, question, timeout_s=args.timeout, after=args.after))
     except TimeoutError as exc:
         return fail_loudly(settings, str(exc))
     if args.json:
@@ -133,6 +163,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print_answer(answer, question.question)
     if answer.error:
         return fail_loudly(settings, f"the answer failed: {answer.error}")
+    if answer.incomplete:
+        print(f"epistream ask: incomplete: {answer.incomplete}", file=sys.stderr)
     return 0
 
 
@@ -156,7 +188,7 @@ def cmd_context(args: argparse.Namespace) -> int:
             settings, tenant=args.tenant, question=args.question, budget_tokens=args.budget,
             since=_instant(args.since) if args.since else None, until=_instant(args.until) if args.until else None,
             conversation_ids=args.conversation or None,
-            asked_at=_instant(args.asked_at) if args.asked_at else None, timeout_s=args.timeout,
+            asked_at=_instant(args.asked_at) if args.asked_at else None, timeout_s=args.timeout, after=args.after,
         ))
     except ContractError as exc:  # a budget or range the contract refuses, said plainly
         print(f"epistream context: {exc}", file=sys.stderr)
@@ -171,6 +203,8 @@ def cmd_context(args: argparse.Namespace) -> int:
         print(reply.text)
         print(f"({len(reply.items)} items, {reply.used_tokens} of {reply.budget_tokens} tokens, "
               f"{reply.latency_ms:.0f} ms)", file=sys.stderr)
+    if reply.incomplete:
+        print(f"epistream context: incomplete: {reply.incomplete}", file=sys.stderr)
     return 0
 
 
@@ -333,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--asked-at", help="ISO-8601 time the question is asked at (default: now)")
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--json", action="store_true", help="print the answer message as JSON")
+    p.add_argument("--after", action="append", type=_after, metavar="[CONVERSATION@]PARTITION:OFFSET",
+                   help="read only once these positions (as `produce` prints them) are stored (repeatable)")
     p.add_argument("--no-check", action="store_true", help="skip the health check of Kafka and the answer worker")
     p.set_defaults(func=cmd_ask)
 
@@ -347,6 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--asked-at", help="ISO-8601 time 'last week' etc. are read against (default: now)")
     p.add_argument("--timeout", type=float, default=30.0)
     p.add_argument("--json", action="store_true", help="print the MemoryContext message as JSON")
+    p.add_argument("--after", action="append", type=_after, metavar="[CONVERSATION@]PARTITION:OFFSET",
+                   help="read only once these positions (as `produce` prints them) are stored (repeatable)")
     p.add_argument("--no-check", action="store_true", help="skip the health check of Kafka and the answer worker")
     p.set_defaults(func=cmd_context)
 
@@ -367,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--whole-tenant", action="store_true", help="forget every conversation of the tenant")
     p.set_defaults(func=cmd_forget)
 
+    add_mcp_command(sub)
     add_access_commands(sub)
 
     p = sub.add_parser("prometheus", help="a local Prometheus scraping the workers, with the alert rules")

@@ -7,12 +7,14 @@ surviving conversations gave them (see store.entity_names)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from psycopg import AsyncConnection
 
 from epistream.db import tenant_scope
+from epistream.memory_events import MemoryEvent, new_event
 
-from . import entity_names, graph
+from . import entity_names, events, graph
 from .tombstones import WHOLE_TENANT, exclude_writers
 
 # A forget done again keeps the first tombstone (and its time): the application role may only add them.
@@ -75,7 +77,9 @@ async def forget(conn: AsyncConnection, tenant: str, conversation_id: str | None
     async with tenant_scope(conn, tenant):
         # First: wait for writers that passed the guard, keep new ones out; what follows sees their rows.
         await exclude_writers(conn, tenant, conversation_id)
-        await conn.execute(ADD_TOMBSTONE, (tenant, conversation_id or WHOLE_TENANT))
+        added = await conn.execute(ADD_TOMBSTONE, (tenant, conversation_id or WHOLE_TENANT))
+        if added.rowcount == 1:  # the first forget of this scope is announced; one done again changes nothing
+            await events.add(conn, [forgotten_event(tenant, conversation_id, await events.now(conn))])
         cur = await conn.execute(SEGMENTS_IN_SCOPE, params)
         segment_ids = [r[0] for r in await cur.fetchall()]
         renamed = await entity_names.named_in(conn, tenant, segment_ids)
@@ -93,6 +97,12 @@ async def forget(conn: AsyncConnection, tenant: str, conversation_id: str | None
         keep = [r[0] for r in await cur.fetchall()]
         removed += _count(await graph.run(conn, DELETE_ORPHAN_ENTITIES, {"tenant": tenant, "keep": keep}))
     return Forgotten(tenant, conversation_id, rows, removed)
+
+
+def forgotten_event(tenant: str, conversation_id: str | None, at: datetime) -> MemoryEvent:
+    """The event of a forget: its outbox row outlives the rows it deleted (the outbox is not in DELETES)."""
+    return new_event("conversation_forgotten", tenant, conversation_id, at, identity=(),
+                     scope="tenant" if conversation_id is None else "conversation")
 
 
 def _count(result: list[tuple]) -> int:

@@ -14,11 +14,12 @@ from psycopg import AsyncConnection, sql
 from epistream.contracts import Segment
 from epistream.db import CONNECTION_EMBEDDER, tenant_scope
 from epistream.llm import storable
+from epistream.memory_events import MemoryEvent, new_event
 from epistream.names import entity_id, normalize_name
 from epistream.settings import Settings
 
 from ..enrichment import Enrichment
-from . import entity_names, graph
+from . import entity_names, events, graph
 from .tombstones import guard, is_forgotten
 
 LOCK_SEGMENT = "SELECT 1 FROM memory.segments WHERE tenant = %s AND segment_id = %s FOR UPDATE"
@@ -197,6 +198,9 @@ async def store_enrichment(
                     "similarity": round(float(similarity), 4), "segment_id": sid,
                 })
                 similar += 1
+        # The facts current before these arrive: any that one of them displaces is announced as superseded.
+        keys = sorted({(ids[normalize_name(f.subject)], f.predicate) for f in enrichment.facts})
+        current_before = await events.current_facts(conn, tenant, keys)
         for fact in enrichment.facts:
             subject_id, object_id = ids[normalize_name(fact.subject)], ids[normalize_name(fact.object)]
             await conn.execute(INSERT_FACT, (
@@ -210,7 +214,24 @@ async def store_enrichment(
                 "end_time": _iso(fact.end_time), "said_at": fact.said_at.isoformat(),
             })
         await conn.execute(MARK_ENRICHED, (enrichment.summary, summary_vector, prompt_version, tenant, sid))
+        await events.add(conn, await _enrichment_events(conn, segment, enrichment, prompt_version, current_before,
+                                                        await events.current_facts(conn, tenant, keys)))
     return StoreCounts(len(enrichment.gists), len(enrichment.facts), len(ids), mentions, similar)
+
+
+async def _enrichment_events(conn: AsyncConnection, segment: Segment, enrichment: Enrichment, prompt_version: str,
+                             before: dict[events.FactKey, str], after: dict[events.FactKey, str]) -> list[MemoryEvent]:
+    """segment_enriched, then a fact_superseded per current fact this enrichment displaced. The id covers
+    what was stored (texts and facts too), so the same enrichment stored again is the same event."""
+    at = await events.now(conn)
+    gist_ids, fact_ids = [g.gist_id for g in enrichment.gists], [f.fact_id for f in enrichment.facts]
+    identity = (segment.segment_id, prompt_version, [(g.gist_id, g.text) for g in enrichment.gists],
+                [(f.fact_id, f.subject, f.predicate, f.object, f.point_in_time, f.start_time, f.end_time)
+                 for f in enrichment.facts])
+    enriched = new_event("segment_enriched", segment.tenant, segment.conversation_id, at, identity=identity,
+                         segment_id=segment.segment_id, gist_ids=gist_ids, fact_ids=fact_ids,
+                         gist_count=len(gist_ids), fact_count=len(fact_ids))
+    return [enriched, *events.superseded(segment.tenant, segment.conversation_id, at, before, after)]
 
 
 def _iso(value: date | None) -> str | None:

@@ -25,7 +25,7 @@ from epistream.topics import ensure_topics
 from .conftest import count_turns, drop_database, own_database
 
 BASE_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) + 30  # beside the test stack's ports
-TOPICS = ("turns", "segments", "questions", "answers", "dlq", "forgotten")
+TOPICS = ("turns", "segments", "questions", "answers", "dlq", "forgotten", "events")
 PORT_OF = {"ingest": "EPISTREAM_INGEST_METRICS_PORT", "answer": "EPISTREAM_ANSWER_METRICS_PORT",
            "enrich": "EPISTREAM_ENRICH_METRICS_PORT"}
 

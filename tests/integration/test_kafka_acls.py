@@ -3,6 +3,7 @@ a CA of its own, an authorizer that refuses what no ACL allows) and real ingest 
 logged in as its super user. Each tenant's backend gets its login from `epistream tenant add`, then:
 
 * it writes its own turns and asks its own questions, and hears back on its own reply topic;
+* it reads its own memory events (epistream.client.events) and no other tenant's, nor the shared topic's;
 * a turn it signs as another tenant is dead-lettered with the reason;
 * it reads nothing of another tenant's replies, the shared topics or the dead letters, and produces
   nowhere but memory.turns and memory.questions (the broker refuses; the operator sees those records);
@@ -21,10 +22,11 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import SecretStr
 
-from epistream.client import context, produce_raw
+from epistream.client import context, events, produce_raw
 from epistream.contracts import DeadLetter
 from epistream.infra import services
 from epistream.kafka_io import create_producer, librdkafka_options, partitions_of
+from epistream.memory_events import MemoryEvent
 from epistream.settings import Settings
 from epistream.tenants import credentials
 from epistream.testing.scripted_llm import ScriptedLLM
@@ -136,6 +138,15 @@ async def _produce_as(settings: Settings, topic: str) -> str:
         await producer.stop()
 
 
+async def _first_event(settings: Settings, tenant: str, key: bytes) -> MemoryEvent:
+    """The tenant's first memory event, read with its own login from its own events topic."""
+    stream = events(settings, tenant=tenant, from_beginning=True, tenant_key=key)
+    try:
+        return await asyncio.wait_for(anext(stream), timeout=90)
+    finally:
+        await stream.aclose()
+
+
 def _context(settings: Settings, tenant: str, key: bytes):
     return asyncio.run(context(settings, tenant=tenant, question="Where did Alice move?", tenant_key=key,
                                asked_at=datetime(2024, 4, 1, tzinfo=UTC), timeout_s=90))
@@ -155,12 +166,14 @@ def test_a_tenant_login_reaches_its_own_memory_and_nothing_of_another(secured, u
         wait_for(lambda: secured.turns(a, conversation) == 1, timeout=120, what="A's own turn stored")
         letters = asyncio.run(read_topic(operator, operator.topic_dlq, lambda k, v: k == key, timeout=60))
         reply_a, reply_b = _context(as_a, a, key_a), _context(as_b, b, key_b)
+        stored_a = asyncio.run(_first_event(as_a, a, key_a))
     finally:
         answer.stop()
         ingest.stop()
     assert [DeadLetter.model_validate_json(r.value).error_class for r in letters] == ["ClaimRejected"]
     assert secured.turns(b, conversation) == 0
     assert reply_a.tenant == a and reply_b.tenant == b  # each heard back on its own reply topic
+    assert (stored_a.kind, stored_a.tenant, stored_a.conversation_id) == ("turns_stored", a, conversation)
 
     def partitions(topic: str) -> list[int]:
         return asyncio.run(partitions_of(operator, topic))
@@ -168,8 +181,9 @@ def test_a_tenant_login_reaches_its_own_memory_and_nothing_of_another(secured, u
     topic_a, topic_b = (credentials(operator, t).reply_topic for t in (a, b))
     refusal, own = _read_as(as_a, topic_a, partitions(topic_a))
     assert refusal is None and len(own) == 1  # A's login fetches its own reply ...
+    events_b = credentials(operator, b).events_topic
     for topic in (topic_b, operator.topic_turns, operator.topic_answers, operator.topic_segments, operator.topic_dlq,
-                  operator.topic_forgotten):
+                  operator.topic_forgotten, events_b, operator.topic_events):
         assert _read_as(as_a, topic, partitions(topic)) == ("TOPIC_AUTHORIZATION_FAILED", []), topic  # ... only
     # Those topics are not empty: the operator's login fetches B's reply, the turns, the letter.
     for topic in (topic_b, operator.topic_turns, operator.topic_dlq):

@@ -85,8 +85,8 @@ def test_cross_tenant_functions_pin_their_search_path_and_run_as_a_role_that_rea
             "SELECT p.proname, p.proconfig, r.rolname, r.rolsuper FROM pg_proc p"
             " JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_roles r ON r.oid = p.proowner"
             " WHERE n.nspname = 'memory' AND p.prosecdef ORDER BY p.proname").fetchall()
-        assert [d[0] for d in definers] == ["idle_conversations", "unpublished_segments", "vectors_to_reembed",
-                                            "waiting_segments"]
+        assert [d[0] for d in definers] == ["idle_conversations", "prune_published_events", "unpublished_events",
+                                            "unpublished_segments", "vectors_to_reembed", "waiting_segments"]
         for name, config, owner, superuser in definers:
             assert config == ["search_path=pg_catalog, pg_temp"], name
             assert (owner, superuser) == ("epistream_housekeeper", False), name
@@ -99,6 +99,11 @@ def test_cross_tenant_functions_pin_their_search_path_and_run_as_a_role_that_rea
             " has_column_privilege(rolname, 'memory.turns', 'turn_id', 'SELECT'),"
             " has_table_privilege(rolname, 'memory.segments', 'UPDATE')"
             " FROM pg_roles WHERE rolname = 'epistream_housekeeper'").fetchone() == (False, False, False, True, False)
+        # Memory events leave their outbox only through the prune (published ones): a worker deletes none.
+        assert conn.execute(
+            "SELECT has_table_privilege('epistream_housekeeper', 'memory.event_outbox', 'DELETE'),"
+            " has_table_privilege('epistream_housekeeper', 'memory.event_outbox', 'UPDATE'),"
+            " has_table_privilege('epistream_app', 'memory.event_outbox', 'DELETE')").fetchone() == (True, False, False)
 
 
 async def test_a_pool_refuses_a_login_that_bypasses_row_level_security(postgres):

@@ -123,3 +123,25 @@ def test_an_answer_over_the_message_limit_is_sent_with_the_evidence_that_fits(mo
     answer = Answer.from_bytes(value)
     assert topic == SETTINGS.topic_answers and len(value) < 1_000_000
     assert answer.answer == "Lisbon." and [e.turn_ids for e in answer.evidence] == [["t0"], ["t1"], ["t2"]]
+
+
+def test_an_answer_read_after_positions_not_stored_in_time_says_it_is_incomplete(monkeypatch):
+    waited: list[tuple] = []
+
+    async def gave_up(pool, topic, positions, *, timeout_s, metrics):
+        waited.append((topic, [p.offset for p in positions], timeout_s))
+        return "not stored within 5s: c@0:9; the read may miss those turns"
+
+    async def fine(question, deps):
+        assert waited, "read before waiting for the positions"
+        return worker.failed_answer(question, RuntimeError("stand-in answer"), 0.0)
+
+    monkeypatch.setattr(worker, "read_after", gave_up)
+    deps = SimpleNamespace(settings=SETTINGS, metrics=Metrics.create(), pool=None)
+    monkeypatch.setattr(worker, "answer_question", fine)
+    record = _record(_question(after=[{"conversation_id": "c", "partition": 0, "offset": 9}]))
+    outcome = asyncio.run(worker.outcome_of(record, deps, _topics(), claims=ClaimCheck.from_settings(SETTINGS),
+                                            give_up=lambda: False))
+    answer = Answer.from_bytes(outcome.messages[0][2])
+    assert answer.incomplete == "not stored within 5s: c@0:9; the read may miss those turns"
+    assert waited == [(SETTINGS.topic_turns, [9], SETTINGS.read_after_timeout_s)]

@@ -84,7 +84,8 @@ def test_settings_are_the_union_of_disjoint_groups_each_loadable_alone(monkeypat
     from epistream import settings as config
 
     groups = [config.KafkaSettings, config.PostgresSettings, config.ModelSettings, config.SegmentSettings,
-              config.RetrievalSettings, config.WorkerSettings, config.SecuritySettings, config.SupervisionSettings]
+              config.RetrievalSettings, config.WorkerSettings, config.SecuritySettings, config.SupervisionSettings,
+              config.EventSettings]
     names = [name for group in groups for name in group.model_fields]
     assert len(names) == len(set(names)), "a setting belongs to one group"
     assert set(names) == set(config.Settings.model_fields)

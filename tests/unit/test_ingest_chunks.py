@@ -121,7 +121,11 @@ def writes(monkeypatch):  # type: ignore[no-untyped-def]
         result.stored.extend(turns)
         result.outcomes.extend("inserted" for _ in turns)
 
+    async def advance(conn, through):  # type: ignore[no-untyped-def]
+        Writes.clock.add("mark", tuple(f"{p}@{o}" for (_, p), o in sorted(through.items())), time.perf_counter())
+
     monkeypatch.setattr(ingest, "_write", write)
+    monkeypatch.setattr(ingest, "advance", advance)
     return Writes
 
 
@@ -221,3 +225,39 @@ def test_a_cancel_mid_batch_abandons_the_next_chunks_embedding_unused(writes):
     assert [ids for ids, _, _ in writes.clock.of("embed")] == [("t001", "t002"), ("t003", "t004")]
     assert writes.clock.of("write") == []  # the hung write never finished, and chunk 2 was never written
     assert pool.log == ["rollback"]
+
+
+def marks(writes) -> list[tuple[str, ...]]:  # type: ignore[no-untyped-def]
+    return [ids for ids, _, _ in writes.clock.of("mark")]
+
+
+def test_each_chunk_raises_the_watermark_through_its_records_in_its_own_transaction(writes):
+    pool = FakePool()
+    run(records([turn(1), turn(2), turn(3), close("t003"), turn(4), turn(5)]), SlowEmbedder(writes.clock), pool,
+        chunk=2)
+    assert marks(writes) == [("0@1",), ("0@4",), ("0@5",)] and pool.log == ["commit"] * 3
+
+
+def test_unusable_records_at_the_batch_end_are_covered_by_its_last_commit(writes):
+    pool = FakePool()
+    run(records([turn(1), turn(2), turn(3), b"not json", b"{}"]), SlowEmbedder(writes.clock), pool, chunk=2)
+    assert marks(writes) == [("0@1",), ("0@4",)]  # ingest is done with offsets 3 and 4: they go to the DLQ
+
+
+def test_a_batch_of_unusable_records_alone_commits_only_its_watermark(writes):
+    pool = FakePool()
+    result = run(records([b"not json", b"{}"]), SlowEmbedder(writes.clock), pool, chunk=2)
+    assert writes.clock.of("write") == [] and marks(writes) == [("0@1",)] and pool.log == ["commit"]
+    assert [r.record.offset for r in result.dead] == [0, 1]
+
+
+def test_a_record_that_cannot_be_stored_leaves_the_watermark_before_it_when_it_ends_the_batch(writes):
+    writes.fail_on = {"t003"}
+    run(records([turn(1), turn(2), turn(3)]), SlowEmbedder(writes.clock), FakePool(), chunk=2)
+    assert marks(writes) == [("0@1",)]  # the failed transactions wrote none; a later record's commit will cover it
+
+
+def test_the_watermark_is_kept_per_partition(writes):
+    batch = [RawRecord("memory.turns", p, o, b"c", turn(n)) for n, (p, o) in enumerate([(0, 7), (1, 3), (0, 8)], 1)]
+    run(batch, SlowEmbedder(writes.clock), FakePool(), chunk=128)
+    assert marks(writes) == [("0@8", "1@3")]

@@ -23,6 +23,7 @@ def test_credentials_are_derived_again_the_same_and_differ_per_tenant_and_purpos
     acme, again, other = credentials(settings, "acme"), credentials(settings, "acme"), credentials(settings, "other")
     assert acme == again
     assert acme.username == "tenant.acme" and acme.reply_topic == "memory.answers.acme"
+    assert acme.events_topic == "memory.events.acme"
     assert acme.password != other.password and acme.signing_key != other.signing_key
     assert acme.password not in (acme.signing_key.hex(), SECRET.get_secret_value())
     assert credentials(_settings(tenant_key_secret=SecretStr("another-secret-" + "q" * 32)), "acme").password != acme.password
@@ -40,6 +41,7 @@ def test_the_acls_write_the_inputs_and_read_only_the_tenants_own_names():
         (ResourceType.TOPIC, "memory.answers.acme", ResourcePatternType.LITERAL, AclOperation.READ),
         (ResourceType.TOPIC, "memory.answers.acme.", ResourcePatternType.PREFIXED, AclOperation.READ),
         (ResourceType.GROUP, "tenant.acme.", ResourcePatternType.PREFIXED, AclOperation.READ),
+        (ResourceType.TOPIC, "memory.events.acme", ResourcePatternType.LITERAL, AclOperation.READ),
     }
     assert {b.principal for b in _bindings(settings, creds)} == {"User:tenant.acme"}
     # No other tenant's reply topic or login falls under acme's prefixes (slugs have no dot).

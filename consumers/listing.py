@@ -1,0 +1,84 @@
+"""A conversation's memory as a listing, not a ranking: its gists in the order things happened (the
+timeline) or its current facts, packed into the question's budget as a `context` reply.
+
+A `context` question of one conversation with ``listing`` set asks for it (the MCP server's resources do): the answer
+worker reads it under the tenant's row-level security like every other read, so a client reaches
+these without a database login of its own. The rows come in time order, the earliest first, and the
+packing keeps them in that order until the budget is spent."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from psycopg import sql
+
+from epistream.contracts import CONTEXT_BUDGET_DEFAULT, MemoryContext, Mode, Question
+from epistream.db import tenant_scope
+from epistream.errors import ContractError
+
+from .context import MetricDeps
+from .packing import fact_candidate, gist_candidate, pack
+from .retrieval.execute import rows
+
+#: Most rows read for one listing: far more than the largest budget (32,000 tokens) holds.
+LISTING_ROWS = 2_000
+
+TIMELINE = sql.SQL("""
+SELECT g.gist_id, g.conversation_id, g.segment_id, g.text, g.event_date, g.date_precision, g.turn_ids, g.said_at,
+       0.0 AS distance
+FROM memory.gists g
+WHERE g.tenant = %(tenant)s AND g.conversation_id = %(conversation)s
+ORDER BY g.event_date, g.said_at, g.ordinal, g.gist_id
+LIMIT %(limit)s
+""")
+
+# memory.current_facts is the one definition of "current" (a later statement about the same subject and
+# predicate, in any conversation of the tenant, supersedes a fact).
+CURRENT_FACTS = sql.SQL("""
+SELECT f.fact_id, f.conversation_id, f.segment_id, s.name AS subject, f.predicate, o.name AS object,
+       f.point_in_time, f.start_time, f.end_time, f.turn_ids, f.said_at, true AS current
+FROM memory.current_facts f
+JOIN memory.entities s ON s.tenant = f.tenant AND s.entity_id = f.subject_id
+JOIN memory.entities o ON o.tenant = f.tenant AND o.entity_id = f.object_id
+WHERE f.tenant = %(tenant)s AND f.conversation_id = %(conversation)s
+ORDER BY coalesce(f.point_in_time, f.start_time, f.said_at::date), f.said_at, f.fact_id
+LIMIT %(limit)s
+""")
+
+
+class ListingRefused(ContractError):
+    """A listing asked of another mode than `context`, or of other than exactly one conversation."""
+
+
+def check_listing(question: Question) -> str:
+    """The conversation a listing question lists; refused (dead-lettered, the asker told why) unless it
+    is a `context` question of exactly one conversation: a listing another mode would ignore is refused."""
+    if question.mode is not Mode.CONTEXT or len(question.conversation_ids or ()) != 1:
+        raise ListingRefused("a listing is a context read of exactly one conversation (one conversation_ids entry)")
+    assert question.conversation_ids is not None
+    return question.conversation_ids[0]
+
+
+async def read_listing(question: Question, deps: MetricDeps) -> MemoryContext:
+    """The reply to a question with ``listing``: its one conversation's timeline or current facts, in
+    time order, within its budget."""
+    started = time.perf_counter()
+    conversation = check_listing(question)
+    budget = question.budget_tokens or CONTEXT_BUDGET_DEFAULT
+    statement, candidate = (TIMELINE, gist_candidate) if question.listing == "timeline" else (CURRENT_FACTS,
+                                                                                             fact_candidate)
+    params: dict[str, Any] = {"tenant": question.tenant, "conversation": conversation, "limit": LISTING_ROWS}
+    async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
+        found = await rows(conn, statement, params)
+    # Every row ranks by its place in time (rank 1: the earliest); rrf_k 0 keeps the scores readable.
+    packed = pack([candidate(row, n, 0) for n, row in enumerate(found, start=1)], budget)
+    reply = MemoryContext(
+        question_id=question.question_id, tenant=question.tenant, asked_at=question.asked_at or datetime.now(UTC),
+        items=packed.items, text=packed.text, budget_tokens=budget, used_tokens=packed.used_tokens,
+        latency_ms=round((time.perf_counter() - started) * 1000, 2),
+    )
+    deps.metrics.questions_answered.labels("context", "answered" if reply.items else "empty").inc()
+    return reply
+

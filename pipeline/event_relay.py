@@ -1,0 +1,174 @@
+"""The memory-event relay: sends the outbox's unpublished events (sql/020) to Kafka in their order and
+marks each published only after the broker acknowledged it, so an event is never sent before its
+change committed (it is written in that transaction) and never lost (a failed send leaves it, and
+every later one, for the next round). Delivery is at least once: a crash between the ack and the mark
+sends it again, with the same event id.
+
+One relay serves both workers that write events: the ingest worker and the enrich worker each run one
+(woken after their own commits, so an event waits milliseconds, and every `segment_check_every_s` for
+what others wrote: a CLI forget, a crashed worker's rows). A PostgreSQL advisory lock lets one relay
+publish at a time across all processes, so two never interleave their sends of the same rows."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from itertools import groupby, takewhile
+
+from aiokafka import AIOKafkaProducer
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from epistream.claims import ClaimCheck
+from epistream.db import tenant_scope
+from epistream.kafka_io import TopicDirectory, create_admin, create_producer
+from epistream.memory_events import events_topic_for
+from epistream.metrics import Metrics
+from epistream.settings import Settings
+
+from . import housekeeping
+from .store import events
+
+log = logging.getLogger(__name__)
+
+#: Hands (topic, key, value) to the producer and returns its delivery: an awaitable that completes once the
+#: broker acknowledged it, or raises if it never does.
+Enqueue = Callable[[str, bytes, bytes], Awaitable[Awaitable[object]]]
+
+# One key for every relay of a database ("evnt"), session-level: held across the round's transactions.
+_LOCK_KEY = 0x6576_6E74
+TRY_LOCK = "SELECT pg_try_advisory_lock(%s)"
+UNLOCK = "SELECT pg_advisory_unlock(%s)"
+BATCH = 500
+PRUNE_EVERY_S = 60.0
+
+
+class EventRelay:
+    """A worker's relay. `pool_of` gives the worker's pool once its resources are open (None before)."""
+
+    def __init__(self, settings: Settings, pool_of: Callable[[], AsyncConnectionPool | None], metrics: Metrics,
+                 *, enqueue: Enqueue | None = None, topic_exists: Callable[[str], Awaitable[bool]] | None = None) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self._pool_of = pool_of
+        self._enqueue = enqueue or self._enqueue_with_producer
+        self._own_topics = ClaimCheck.from_settings(settings).enforced
+        self._topics = TopicDirectory(self._list_topics)
+        self._topic_exists = topic_exists or self._topics.exists
+        self._producer: AIOKafkaProducer | None = None
+        self._wake = asyncio.Event()
+        self._pruned_at = 0.0
+
+    def wake(self) -> None:
+        """Something was committed with events: relay them now rather than at the next tick."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Relay rounds until cancelled; a failed round is logged and counted, and the next one retries."""
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=self.settings.segment_check_every_s)
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+                await housekeeping.guarded("event_relay", self.round, self.metrics)
+                if time.monotonic() - self._pruned_at > PRUNE_EVERY_S:
+                    await housekeeping.guarded("event_prune", self.prune, self.metrics)
+        finally:
+            await self.close()
+
+    async def round(self) -> int:
+        """Publish what is unpublished, oldest first; return how many were. Another relay holding the
+        lock: nothing (it is publishing them)."""
+        pool = self._pool_of()
+        if pool is None:
+            return 0
+        async with pool.connection() as conn:
+            async with conn.transaction():
+                row = await (await conn.execute(TRY_LOCK, (_LOCK_KEY,))).fetchone()
+            if row is None or not row[0]:
+                return 0
+            try:
+                return await self._publish(conn)
+            finally:
+                async with conn.transaction():
+                    await conn.execute(UNLOCK, (_LOCK_KEY,))
+
+    async def _publish(self, conn: AsyncConnection) -> int:
+        published = 0
+        skipped: set[str] = set()  # tenants without their topic yet: the rest is not held up behind them
+        while True:
+            async with conn.transaction():
+                pending = await events.unpublished(conn, BATCH, sorted(skipped))
+            newly_skipped = False
+            for tenant, run in groupby(pending, key=lambda p: p[0]):
+                if tenant in skipped:
+                    continue
+                topic = events_topic_for(self.settings, tenant, own=self._own_topics)
+                if self._own_topics and not await self._topic_exists(topic):
+                    # Its events wait in the outbox until the tenant is onboarded (`epistream tenant add`).
+                    log.warning("tenant %r has no events topic %r yet: its events wait", tenant, topic)
+                    skipped.add(tenant)
+                    newly_skipped = True
+                    continue
+                async with tenant_scope(conn, tenant):
+                    rows = await events.load(conn, tenant, [seq for _, seq in run])
+                published += await self._deliver(conn, tenant, topic, rows)
+            if len(pending) < BATCH and not newly_skipped:
+                return published
+
+    async def _deliver(self, conn: AsyncConnection, tenant: str, topic: str, rows: list[tuple[int, str, dict]]) -> int:
+        """Send the rows (in order: the producer is idempotent, so one partition keeps their order), then
+        mark published those the broker acknowledged, up to the first it did not (raised after the marks)."""
+        deliveries = [await self._enqueue(topic, key.encode(), json.dumps(payload, separators=(",", ":")).encode())
+                      for _, key, payload in rows]
+        outcomes = await asyncio.gather(*deliveries, return_exceptions=True)
+        acked = list(takewhile(lambda pair: not isinstance(pair[1], BaseException), zip(rows, outcomes, strict=True)))
+        if acked:
+            async with tenant_scope(conn, tenant):
+                await events.mark_published(conn, tenant, [row[0] for row, _ in acked])
+            for (_, _, payload), _ in acked:
+                self.metrics.memory_events_published.labels(str(payload.get("kind"))).inc()
+        failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failed is not None:
+            self._topics.invalidate()  # the topic may be gone (a tenant removed): looked up again next round
+            raise failed
+        return len(acked)
+
+    async def prune(self) -> int:
+        pool = self._pool_of()
+        if pool is None:
+            return 0
+        async with pool.connection() as conn, conn.transaction():
+            pruned = await events.prune(conn, self.settings.events_keep_s)
+        self._pruned_at = time.monotonic()
+        return pruned
+
+    async def _enqueue_with_producer(self, topic: str, key: bytes, value: bytes) -> Awaitable[object]:
+        if self._producer is None:
+            producer = create_producer(self.settings)
+            try:
+                await producer.start()
+            except BaseException:
+                await producer.stop()
+                raise
+            self._producer = producer
+        return await self._producer.send(topic, key=key, value=value)
+
+    async def _list_topics(self) -> set[str]:
+        admin = create_admin(self.settings)
+        await admin.start()
+        try:
+            return set(await admin.list_topics())
+        finally:
+            await admin.close()
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            await producer.stop()
+
