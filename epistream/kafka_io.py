@@ -303,33 +303,52 @@ async def partitions_of(settings: ClientSettings, topic: str) -> list[int]:
     return sorted(p["partition"] for p in described[0]["partitions"])
 
 
-async def consumer_lag(settings: ClientSettings, group: str, topics: list[str]) -> dict[str, int]:
-    """Per topic, how far `group`'s committed offsets trail the end of the log."""
+#: (topic, partition) -> (the group's committed offset, the end of the log)
+PartitionLag = dict[tuple[str, int], tuple[int, int]]
+
+
+async def partition_lag(settings: ClientSettings, group: str, topics: list[str]) -> PartitionLag:
+    """Per partition of `topics`, `group`'s committed offset (0 when none) and the end of the log."""
     admin = create_admin(settings)
     consumer = create_consumer(settings, group_id=None, enable_auto_commit=False)
-    await admin.start()
-    await consumer.start()
     try:
+        await admin.start()
+        await consumer.start()
         committed = await admin.list_consumer_group_offsets(group)
         partitions = [TopicPartition(t, p) for t in topics for p in await partitions_of(settings, t)]
         ends = await consumer.end_offsets(partitions)
     finally:
+        # Both, whether or not they started (a client that failed to start still holds its connections).
         await consumer.stop()
         await admin.close()
-    lag: dict[str, int] = dict.fromkeys(topics, 0)
+    lag: PartitionLag = {}
     for tp, end in ends.items():
         meta = committed.get(tp)
-        done = meta.offset if meta is not None and meta.offset >= 0 else 0
-        lag[tp.topic] += max(0, end - done)
+        lag[(tp.topic, tp.partition)] = (meta.offset if meta is not None and meta.offset >= 0 else 0, end)
     return lag
 
 
-async def report_lag(settings: ClientSettings, metrics: Metrics, group: str, topics: list[str]) -> None:
-    """Set `group`'s lag gauges; lag is best-effort telemetry, never a reason to stop a worker."""
+def lag_by_topic(by_partition: PartitionLag, topics: list[str]) -> dict[str, int]:
+    """Per topic, how far the committed offsets trail the end of the log (summed over partitions)."""
+    lag: dict[str, int] = dict.fromkeys(topics, 0)
+    for (topic, _), (done, end) in by_partition.items():
+        lag[topic] += max(0, end - done)
+    return lag
+
+
+async def consumer_lag(settings: ClientSettings, group: str, topics: list[str]) -> dict[str, int]:
+    """Per topic, how far `group`'s committed offsets trail the end of the log."""
+    return lag_by_topic(await partition_lag(settings, group, topics), topics)
+
+
+async def report_lag(settings: ClientSettings, metrics: Metrics, group: str, topics: list[str]) -> PartitionLag | None:
+    """Set `group`'s lag gauges and return its lag by partition (None when the broker could not say):
+    lag is best-effort telemetry, never a reason to stop a worker."""
     try:
-        lag = await consumer_lag(settings, group, topics)
+        by_partition = await partition_lag(settings, group, topics)
     except Exception as exc:
         log.debug("consumer lag unavailable: %s", exc)
-        return
-    for topic, value in lag.items():
+        return None
+    for topic, value in lag_by_topic(by_partition, topics).items():
         metrics.consumer_lag.labels(group, topic).set(value)
+    return by_partition

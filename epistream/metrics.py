@@ -40,6 +40,7 @@ class Metrics:
     answer_latency_seconds: Histogram
     context_read_seconds: Histogram
     consumer_lag: Gauge
+    consumer_reseeks: Counter
     router_candidates: Histogram
     task_failures: Counter
     reembed_pending: Gauge
@@ -162,6 +163,13 @@ class Metrics:
                 "Messages not yet consumed, by consumer group and topic (summed over partitions).",
                 ["group", "topic"],
                 registry=reg,
+            ),
+            consumer_reseeks=Counter(
+                "epistream_consumer_reseeks_total",
+                "Times a worker found a partition stalled behind its committed offset with nothing in flight "
+                "(records its consumer fetched and dropped), by group and action: seek (back to the committed "
+                "offsets) or restart (stalled again after a seek: the worker stops and is started afresh).",
+                ["group", "action"], registry=reg,
             ),
             router_candidates=Histogram(
                 "epistream_router_candidates",

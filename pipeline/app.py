@@ -27,6 +27,7 @@ from .delivery import settle
 from .event_relay import EventRelay
 from .ingest import IngestResult, ingest_batch
 from .records import RawRecord
+from .redelivery import StallGuard, seek_back_if_stalled
 from .reembed import reembed_round
 from .store import segments
 
@@ -85,6 +86,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
     app.add_dependency(resources)
     segmenter = segments.config_from(settings)
     claims = ClaimCheck.from_settings(settings)
+    guard = StallGuard()  # records the consumer fetched and dropped are fetched again (redelivery.py)
 
     turns_topic = app.topic(settings.topic_turns, key_serializer="raw", value_serializer="raw")
     segments_topic = app.topic(settings.topic_segments, key_serializer="raw", value_serializer="raw")
@@ -120,9 +122,10 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         # yields the events themselves, though typed as the stream's values.
         events_of = cast("faust.Stream[faust.EventT[bytes]]", stream)
         async for events in events_of.noack_take(settings.ingest_batch, within=settings.ingest_batch_within_s):
-            await settle(events, to_record=RawRecord.from_faust, ingest=ingest_records, send_dead=send_dead,
-                         publish=publish, ack=stream.ack, metrics=metrics,
-                         max_request_size=app.conf.producer_max_request_size)
+            with guard.handling(len(events)):
+                await settle(events, to_record=RawRecord.from_faust, ingest=ingest_records, send_dead=send_dead,
+                             publish=publish, ack=stream.ack, metrics=metrics,
+                             max_request_size=app.conf.producer_max_request_size)
             relay.wake()  # the batch's memory events are committed: out with them
 
     relay = EventRelay(settings, lambda: resources.shared.pool if resources.shared else None, metrics)
@@ -167,7 +170,8 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         await housekeeping.guarded("reembed", lambda: reembed_round(
             resources.pool, embedder, limit=settings.reembed_batch, budget_s=settings.reembed_budget_s,
             metrics=metrics), metrics)
-        await report_lag(settings, metrics, settings.indexer_group, [settings.topic_turns])
+        lag = await report_lag(settings, metrics, settings.indexer_group, [settings.topic_turns])
+        await housekeeping.guarded("redelivery", lambda: seek_back_if_stalled(app, guard, lag, metrics), metrics)
 
 
     return app

@@ -23,11 +23,12 @@ from epistream.resources import Resources
 from epistream.retry import Backoff
 from epistream.settings import Settings
 
-from . import erasure
+from . import erasure, housekeeping
 from .breaker import CircuitBreaker
 from .enrich import STAGE, EnrichDeps, EnrichOutcome, enrich_segment, retry_waiting
 from .event_relay import EventRelay
 from .records import RawRecord
+from .redelivery import StallGuard, seek_back_if_stalled
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
                           attempts=settings.llm_max_retries + 1)
 
     relay = EventRelay(settings, lambda: resources.shared.pool if resources.shared else None, metrics)
+    guard = StallGuard()
 
     @app.task
     async def relay_events() -> None:
@@ -113,12 +115,12 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         async for event in manual.events():
             record = RawRecord.from_faust(event)
             # One record, one process span: the child of the segment's send, in the trace of its turn.
-            with tracing.span(f"process {record.topic}", kind="consumer", parent=tracing.extract(record.headers),
-                              attributes=tracing.messaging("process", "process", record.topic,
-                                                           partition=record.partition, offset=record.offset,
-                                                           group=settings.enrich_group)):
+            with guard.handling(), tracing.span(
+                    f"process {record.topic}", kind="consumer", parent=tracing.extract(record.headers),
+                    attributes=tracing.messaging("process", "process", record.topic, partition=record.partition,
+                                                 offset=record.offset, group=settings.enrich_group)):
                 await process(record)
-            await manual.ack(event)
+                await manual.ack(event)
             relay.wake()  # what the enrichment stored is committed, its events with it
 
     async def process(record: RawRecord) -> None:
@@ -147,7 +149,12 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         except Exception:  # the next tick retries; a timer that raises would stop the worker
             log.exception("retrying waiting segments failed")
         relay.wake()
-        await report_lag(settings, metrics, settings.enrich_group, [settings.topic_segments])
+
+    @app.timer(interval=settings.segment_check_every_s)
+    async def watch_lag() -> None:
+        # Its own timer: a resume_waiting tick can spend minutes on the model.
+        lag = await report_lag(settings, metrics, settings.enrich_group, [settings.topic_segments])
+        await housekeeping.guarded("redelivery", lambda: seek_back_if_stalled(app, guard, lag, metrics), metrics)
 
 
     return app

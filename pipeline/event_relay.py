@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from itertools import groupby, takewhile
 
 from aiokafka import AIOKafkaProducer
@@ -44,6 +44,10 @@ TRY_LOCK = "SELECT pg_try_advisory_lock(%s)"
 UNLOCK = "SELECT pg_advisory_unlock(%s)"
 BATCH = 500
 PRUNE_EVERY_S = 60.0
+# The producer fails a send the broker did not acknowledge within its request timeout (40 s); a delivery
+# still open well past that is a producer that will not recover (seen after broker restarts): the round
+# gives up on it, so the lock and the connection are never held for good, and the next starts a new one.
+DELIVERY_TIMEOUT_S = 60.0
 
 
 class EventRelay:
@@ -61,6 +65,7 @@ class EventRelay:
         self._producer: AIOKafkaProducer | None = None
         self._wake = asyncio.Event()
         self._pruned_at = 0.0
+        self.delivery_timeout_s = DELIVERY_TIMEOUT_S
 
     def wake(self) -> None:
         """Something was committed with events: relay them now rather than at the next tick."""
@@ -124,9 +129,10 @@ class EventRelay:
     async def _deliver(self, conn: AsyncConnection, tenant: str, topic: str, rows: list[tuple[int, str, dict]]) -> int:
         """Send the rows (in order: the producer is idempotent, so one partition keeps their order), then
         mark published those the broker acknowledged, up to the first it did not (raised after the marks)."""
-        deliveries = [await self._enqueue(topic, key.encode(), json.dumps(payload, separators=(",", ":")).encode())
-                      for _, key, payload in rows]
-        outcomes = await asyncio.gather(*deliveries, return_exceptions=True)
+        deliveries = [asyncio.ensure_future(
+            await self._enqueue(topic, key.encode(), json.dumps(payload, separators=(",", ":")).encode()))
+            for _, key, payload in rows]
+        outcomes = await _settled(deliveries, self.delivery_timeout_s)
         acked = list(takewhile(lambda pair: not isinstance(pair[1], BaseException), zip(rows, outcomes, strict=True)))
         if acked:
             async with tenant_scope(conn, tenant):
@@ -136,6 +142,8 @@ class EventRelay:
         failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
         if failed is not None:
             self._topics.invalidate()  # the topic may be gone (a tenant removed): looked up again next round
+            if isinstance(failed, TimeoutError):
+                await self.close()  # a producer that stopped delivering: the next round starts a new one
             raise failed
         return len(acked)
 
@@ -171,4 +179,16 @@ class EventRelay:
         if self._producer is not None:
             producer, self._producer = self._producer, None
             await producer.stop()
+
+
+async def _settled(deliveries: Sequence[asyncio.Future[object]], timeout_s: float) -> list[object]:
+    """Each delivery's result or exception, in order; one still open after `timeout_s` is cancelled and
+    reads as a TimeoutError."""
+    if not deliveries:
+        return []
+    _, still_open = await asyncio.wait(deliveries, timeout=timeout_s)
+    for delivery in still_open:
+        delivery.cancel()
+    return [TimeoutError(f"no acknowledgement within {timeout_s:.0f}s") if d in still_open
+            else (d.exception() or d.result()) for d in deliveries]
 

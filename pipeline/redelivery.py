@@ -1,0 +1,112 @@
+"""Records Faust fetched but never handed to an agent are fetched again.
+
+Faust can drop records around a rebalance: its stream skips a record of an older consumer generation
+(or one that arrives while flow is suspended) without acknowledging it, and nothing reads it again
+until the partition is next sought to its committed offset. Seen after a broker outage longer than
+the session timeout: the worker rejoined its group with the same partitions, its agent sat idle, and
+the segments behind the committed offset waited until the broker went away again.
+
+The guard notices the symptom from outside Faust, so it does not depend on which path dropped them: a
+partition of this worker whose committed offset trails the end of the log, has not moved for
+`stall_s`, while the worker's agent holds no record in flight. Then every assigned partition is sought
+back to its committed offset (what Faust does after a rebalance) and the records come again. A record
+handled twice is harmless: every handler is idempotent (a stored turn, an enriched segment, is skipped)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Iterable, Iterator
+
+import faust
+
+from epistream.kafka_io import PartitionLag
+from epistream.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+#: Far longer than a record can sit between fetch and agent (a batch window, a commit interval: seconds),
+#: short enough that what was dropped waits a minute, not until the next outage.
+STALL_S = 60.0
+SEEK_TIMEOUT_S = 30.0  # a seek that cannot finish (no coordinator) fails the tick; the next verdict restarts
+
+
+class StallGuard:
+    """Counts the records an agent holds (`handling`), and tells from the group's lag what to do about
+    the partitions that stalled (`verdict`)."""
+
+    def __init__(self, stall_s: float = STALL_S) -> None:
+        self.stall_s = stall_s
+        self.in_flight = 0
+        # (topic, partition) -> (its committed offset, when it was first seen trailing at that offset)
+        self._trailing: dict[tuple[str, int], tuple[int, float]] = {}
+        # (topic, partition) -> the committed offset it was sought back to
+        self._sought: dict[tuple[str, int], int] = {}
+
+    @contextlib.contextmanager
+    def handling(self, count: int = 1) -> Iterator[None]:
+        """Around the handling of `count` records, from their arrival until they are acknowledged."""
+        self.in_flight += count
+        try:
+            yield
+        finally:
+            self.in_flight -= count
+
+    def stalled(self, lag: PartitionLag, assigned: Iterable[tuple[str, int]], now: float) -> list[tuple[str, int]]:
+        """The assigned partitions that trail at one committed offset for `stall_s` with nothing in flight
+        (then forgotten: each is timed afresh). A record in flight restarts every clock: the agent is
+        working, and what it works on may be what the committed offset waits for."""
+        mine = {(str(t), int(p)) for t, p in assigned}
+        if self.in_flight:
+            self._trailing.clear()
+            return []
+        trailing = {tp: seen for tp, seen in lag.items() if tp in mine and seen[0] < seen[1]}
+        for tp in list(self._trailing):
+            if tp not in trailing or self._trailing[tp][0] != trailing[tp][0]:
+                del self._trailing[tp]  # caught up, moved on, or no longer this worker's
+        for tp, (committed, _) in trailing.items():
+            self._trailing.setdefault(tp, (committed, now))
+        stalled = sorted(tp for tp, (_, since) in self._trailing.items() if now - since >= self.stall_s)
+        for tp in stalled:
+            del self._trailing[tp]
+        return stalled
+
+    def verdict(self, lag: PartitionLag, assigned: Iterable[tuple[str, int]], now: float) -> tuple[str, list[tuple[str, int]]]:
+        """("seek", partitions) for a first stall; ("restart", partitions) when one stalls again at the
+        offset it was sought back to (the seek brought nothing: the consumer itself is stuck, and a new
+        process resumes from the committed offsets); ("ok", []) otherwise."""
+        for tp in list(self._sought):
+            if lag.get(tp, (None, None))[0] != self._sought[tp]:
+                del self._sought[tp]  # it moved after the seek: the seek worked
+        stalled = self.stalled(lag, assigned, now)
+        if not stalled:
+            return "ok", []
+        if any(self._sought.get(tp) == lag[tp][0] for tp in stalled):
+            return "restart", stalled
+        self._sought.update({tp: lag[tp][0] for tp in stalled})
+        return "seek", stalled
+
+
+async def seek_back_if_stalled(app: faust.App, guard: StallGuard, lag: PartitionLag | None, metrics: Metrics) -> str:
+    """Act on the guard's verdict: seek the app's partitions back to their committed offsets, or stop
+    the worker (its supervisor starts it again); nothing while the group rebalances (Faust seeks then
+    itself). Returns the verdict."""
+    if lag is None or app.rebalancing:
+        return "ok"
+    verdict, stalled = guard.verdict(lag, app.consumer.assignment(), time.monotonic())
+    if verdict == "ok":
+        return verdict
+    where = ", ".join(f"{t}[{p}]" for t, p in stalled)
+    metrics.consumer_reseeks.labels(app.conf.id, verdict).inc()
+    if verdict == "seek":
+        log.warning("%s: %s trailed the end of the log for %.0fs with no record in flight (fetched and dropped); "
+                    "seeking back to the committed offsets", app.conf.id, where, guard.stall_s)
+        await asyncio.wait_for(app.consumer.perform_seek(), timeout=SEEK_TIMEOUT_S)
+    else:
+        log.error("%s: %s still stalled at the offset it was sought back to: stopping, to be started afresh "
+                  "(by its supervisor) from the committed offsets", app.conf.id, where)
+        signal.raise_signal(signal.SIGTERM)  # the worker's own graceful stop, as `epistream down` asks for it
+    return verdict

@@ -1,0 +1,73 @@
+"""The stall guard's rule: a partition of this worker that trails the end of its log at one committed
+offset for stall_s, while no record is in flight, is sought back; anything else is left alone."""
+
+from __future__ import annotations
+
+from epistream.pipeline.redelivery import StallGuard
+
+P0, P1, OTHER = ("memory.segments", 0), ("memory.segments", 1), ("memory.segments", 2)
+MINE = [P0, P1]
+
+
+def test_a_partition_trailing_at_one_offset_with_nothing_in_flight_stalls_after_stall_s_once():
+    guard = StallGuard(stall_s=60)
+    lag = {P0: (3, 5), P1: (7, 7)}
+    assert guard.stalled(lag, MINE, now=0) == []
+    assert guard.stalled(lag, MINE, now=59) == []
+    assert guard.stalled(lag, MINE, now=60) == [P0]
+    # Timed afresh after the seek: not reported again at once.
+    assert guard.stalled(lag, MINE, now=61) == []
+    assert guard.stalled(lag, MINE, now=121) == [P0]
+
+
+def test_progress_catching_up_or_a_record_in_flight_restarts_the_clock():
+    guard = StallGuard(stall_s=60)
+    guard.stalled({P0: (3, 5)}, MINE, now=0)
+    assert guard.stalled({P0: (4, 6)}, MINE, now=50) == []  # the committed offset moved: working
+    assert guard.stalled({P0: (4, 6)}, MINE, now=100) == []
+    assert guard.stalled({P0: (4, 6)}, MINE, now=110) == [P0]
+
+    guard.stalled({P0: (4, 6)}, MINE, now=200)
+    assert guard.stalled({P0: (6, 6)}, MINE, now=230) == []  # caught up
+    assert guard.stalled({P0: (6, 7)}, MINE, now=240) == []
+    with guard.handling():
+        assert guard.stalled({P0: (6, 7)}, MINE, now=400) == []  # a record in flight: the agent is working
+    assert guard.in_flight == 0
+    assert guard.stalled({P0: (6, 7)}, MINE, now=401) == []
+    assert guard.stalled({P0: (6, 7)}, MINE, now=461) == [P0]
+
+
+def test_partitions_of_other_workers_are_never_this_workers_to_seek():
+    guard = StallGuard(stall_s=60)
+    guard.stalled({OTHER: (0, 9)}, MINE, now=0)
+    assert guard.stalled({OTHER: (0, 9)}, MINE, now=1000) == []
+
+
+def test_a_batch_counts_as_its_records_until_it_is_acknowledged_even_when_it_raised():
+    guard = StallGuard()
+    try:
+        with guard.handling(5):
+            assert guard.in_flight == 5
+            raise RuntimeError("the batch failed")
+    except RuntimeError:
+        pass
+    assert guard.in_flight == 0
+
+
+def test_a_partition_stalled_again_at_the_offset_it_was_sought_back_to_means_restart():
+    guard = StallGuard(stall_s=60)
+    lag = {P0: (3, 5)}
+    guard.verdict(lag, MINE, now=0)
+    assert guard.verdict(lag, MINE, now=60) == ("seek", [P0])
+    assert guard.verdict(lag, MINE, now=61) == ("ok", [])
+    assert guard.verdict(lag, MINE, now=121) == ("restart", [P0])
+
+
+def test_a_seek_that_brought_the_records_is_forgotten():
+    guard = StallGuard(stall_s=60)
+    guard.verdict({P0: (3, 5)}, MINE, now=0)
+    assert guard.verdict({P0: (3, 5)}, MINE, now=60) == ("seek", [P0])
+    assert guard.verdict({P0: (5, 5)}, MINE, now=70) == ("ok", [])  # the seek worked
+    # A later stall, even at an offset it once was sought to, is a first stall again.
+    guard.verdict({P0: (5, 9)}, MINE, now=100)
+    assert guard.verdict({P0: (5, 9)}, MINE, now=160) == ("seek", [P0])
