@@ -10,7 +10,7 @@ covers; the answer worker reads it before a read that names `after` positions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
@@ -32,6 +32,12 @@ WHERE EXCLUDED.stored_through > w.stored_through
 READ = """
 SELECT kafka_partition, stored_through FROM memory.ingest_watermarks
 WHERE topic = %s AND kafka_partition = ANY(%s)
+"""
+READ_ALL = "SELECT kafka_partition, stored_through FROM memory.ingest_watermarks WHERE topic = %s"
+# Only the mark as it was read: one raised since (a new incarnation's turns stored) is left alone.
+FORGET = """
+UPDATE memory.ingest_watermarks SET stored_through = -1, updated_at = now()
+WHERE topic = %s AND kafka_partition = %s AND stored_through = %s
 """
 
 
@@ -56,11 +62,36 @@ async def advance(conn: AsyncConnection, through: Mapping[tuple[str, int], int])
                                         for (topic, partition), offset in sorted(through.items())])
 
 
-async def stored_through(pool: AsyncConnectionPool, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-    """The mark of each of `partitions` of `topic` that ingest has stored anything of (one index lookup)."""
+async def stored_through(pool: AsyncConnectionPool, topic: str, partitions: Iterable[int] | None = None) -> dict[int, int]:
+    """The mark of each of `partitions` (None: all) of `topic` that ingest has stored anything of (one
+    index lookup)."""
     async with pool.connection() as conn, conn.cursor() as cur:
-        await cur.execute(READ, (topic, sorted(set(partitions))))
+        if partitions is None:
+            await cur.execute(READ_ALL, (topic,))
+        else:
+            await cur.execute(READ, (topic, sorted(set(partitions))))
         return {int(p): int(o) for p, o in await cur.fetchall()}
+
+
+def beyond_the_log(marks: Mapping[int, int], ends: Mapping[int, int]) -> dict[int, int]:
+    """The marks at or past their partition's end offset, `ends` read after `marks`. Offsets only grow
+    within one incarnation of a topic, so such a mark was made by an earlier one (the topic deleted and
+    created again, by an operator or a rebuilt cluster): it would call unstored turns stored."""
+    return {p: mark for p, mark in marks.items() if p in ends and mark >= ends[p] and mark >= 0}
+
+
+async def forget_beyond_the_log(pool: AsyncConnectionPool, topic: str,
+                                read_ends: Callable[[], Awaitable[Mapping[int, int] | None]]) -> dict[int, int]:
+    """Read the topic's marks, then its partitions' end offsets (`read_ends`, None when the broker could
+    not say), and set to -1 (nothing stored) each mark beyond its partition's end: reads then wait for
+    this incarnation's turns. Returns the marks forgotten."""
+    marks = await stored_through(pool, topic)
+    ends = await read_ends()
+    stale = beyond_the_log(marks, ends or {})
+    if stale:
+        async with pool.connection() as conn, conn.cursor() as cur:
+            await cur.executemany(FORGET, [(topic, p, mark) for p, mark in sorted(stale.items())])
+    return stale
 
 
 def unmet(positions: Sequence[Position], marks: Mapping[int, int]) -> list[Position]:

@@ -17,10 +17,11 @@ from epistream import tracing
 from epistream.claims import ClaimCheck
 from epistream.embeddings import Embedder
 from epistream.erasure import parse_forgotten
-from epistream.kafka_io import faust_broker_options, faust_datadir, report_lag, worker_client_id
+from epistream.kafka_io import PartitionLag, faust_broker_options, faust_datadir, report_lag, worker_client_id
 from epistream.metrics import Metrics
 from epistream.resources import Resources
 from epistream.settings import Settings
+from epistream.watermarks import forget_beyond_the_log
 
 from . import erasure, housekeeping, outbox
 from .delivery import settle
@@ -170,7 +171,16 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         await housekeeping.guarded("reembed", lambda: reembed_round(
             resources.pool, embedder, limit=settings.reembed_batch, budget_s=settings.reembed_budget_s,
             metrics=metrics), metrics)
-        lag = await report_lag(settings, metrics, settings.indexer_group, [settings.topic_turns])
+        lag: PartitionLag | None = None
+
+        async def ends() -> dict[int, int] | None:
+            nonlocal lag
+            lag = await report_lag(settings, metrics, settings.indexer_group, [settings.topic_turns])
+            return None if lag is None else {partition: end for (_, partition), (_, end) in lag.items()}
+
+        # Marks of a deleted and re-created topic would call unstored turns stored (epistream/watermarks.py).
+        await housekeeping.guarded("watermarks", lambda: forget_beyond_the_log(resources.pool, settings.topic_turns,
+                                                                               ends), metrics)
         await housekeeping.guarded("redelivery", lambda: seek_back_if_stalled(app, guard, lag, metrics), metrics)
 
 

@@ -1,7 +1,8 @@
 """The ingest watermark of read-your-own-writes (sql/019, epistream/watermarks.py) on PostgreSQL: the
 ingest batch raises it in the transaction that stores the turns, through the unusable records it
 dead-letters too; a replay or a previous owner's late batch never lowers it; a failed transaction
-leaves it where it was; the workers' login reads it with one lookup, the readers' login cannot."""
+leaves it where it was; the workers' login reads it with one lookup, the readers' login cannot; a mark
+beyond its partition's end (a topic deleted and created again) is forgotten."""
 
 from __future__ import annotations
 
@@ -12,14 +13,17 @@ from datetime import timedelta
 
 import psycopg
 import pytest
+from kafka import KafkaProducer
 
-from epistream.contracts import Turn
+from epistream.contracts import Position, Turn
 from epistream.db import create_pool, database_url, reader_url
 from epistream.embeddings import Embedder
+from epistream.kafka_io import partition_lag
 from epistream.metrics import Metrics
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
-from epistream.watermarks import stored_through
+from epistream.topics import create_topic
+from epistream.watermarks import advance, forget_beyond_the_log, stored_through, unmet
 
 from .helpers import LONG_SEGMENTS, T0
 
@@ -100,3 +104,37 @@ def test_the_workers_login_reads_the_marks_and_the_readers_login_may_not(postgre
     with psycopg.connect(reader_url(postgres, tenant), autocommit=True) as conn, \
             pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute("SELECT * FROM memory.ingest_watermarks")
+
+
+def _produce(settings, topic: str, *, partition: int, count: int) -> None:  # type: ignore[no-untyped-def]
+    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    try:
+        for n in range(count):
+            producer.send(topic, value=f"turn {n}".encode(), partition=partition).get(timeout=30)
+    finally:
+        producer.close()
+
+
+async def test_a_mark_beyond_its_partitions_end_is_forgotten_as_a_recreated_topics(kafka, pool, unique):
+    """A topic deleted and created again starts its offsets at 0; marks of the old one, beyond the new
+    log's end, are set to -1 by the ingest worker's tick, so a read after offset 0 waits for it; a mark
+    within the log is kept."""
+    topic = unique("wm-recreated")
+    await create_topic(kafka, topic, partitions=2)
+    _produce(kafka, topic, partition=0, count=2)
+    async with pool.connection() as conn, conn.transaction():
+        await advance(conn, {(topic, 0): 1, (topic, 1): 40})  # partition 1's from the earlier incarnation
+
+    async def ends() -> dict[int, int]:
+        lag = await partition_lag(kafka, "no-such-group", [topic])
+        return {partition: end for (_, partition), (_, end) in lag.items()}
+
+    assert await forget_beyond_the_log(pool, topic, ends) == {1: 40}
+    marks = await stored_through(pool, topic)
+    assert marks == {0: 1, 1: -1}
+    assert unmet([Position(conversation_id="c", partition=1, offset=0)], marks) != []
+    _produce(kafka, topic, partition=1, count=1)
+    async with pool.connection() as conn, conn.transaction():
+        await advance(conn, {(topic, 1): 0})  # this incarnation's first turn stored: raised from -1
+    assert await stored_through(pool, topic) == {0: 1, 1: 0}
+    assert await forget_beyond_the_log(pool, topic, ends) == {}  # nothing beyond the log now

@@ -17,7 +17,7 @@ from epistream.consumers.read_after import MAX_POLL_S, incomplete_reason, wait_u
 from epistream.contracts import Answer, MemoryContext, Position, Question, decode
 from epistream.errors import ContractError
 from epistream.shell.cli import _after
-from epistream.watermarks import through_of, unmet
+from epistream.watermarks import beyond_the_log, through_of, unmet
 
 OLD_QUESTION = b'{"question_id": "q1", "tenant": "t", "question": "Where?", "mode": "context"}'
 OLD_CONTEXT = (b'{"kind": "context", "question_id": "q1", "tenant": "t", "asked_at": "2024-05-08T12:00:00+00:00",'
@@ -137,3 +137,8 @@ def test_the_client_keeps_each_conversations_last_acknowledged_position():
     assert positions == {"a": pos(0, 9, "a"), "b": pos(1, 2, "b")}
     assert _positions(positions) == [pos(0, 9, "a"), pos(1, 2, "b")]
     assert _positions([pos(0, 1)]) == [pos(0, 1)] and _positions(None) is None
+
+
+def test_a_mark_at_or_past_its_partitions_end_is_from_an_earlier_incarnation_of_the_topic():
+    # Offsets only grow within one topic: stored through 9 needs an end of at least 10.
+    assert beyond_the_log({0: 9, 1: 10, 2: 3, 3: -1, 4: 7}, {0: 10, 1: 10, 2: 0, 3: 0}) == {1: 10, 2: 3}
