@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
+import os
 import time
 from collections.abc import Iterable, Iterator
 
 import faust
+from faust.types import TP
 
 from epistream.kafka_io import PartitionLag
 from epistream.metrics import Metrics
@@ -31,7 +32,8 @@ log = logging.getLogger(__name__)
 #: Far longer than a record can sit between fetch and agent (a batch window, a commit interval: seconds),
 #: short enough that what was dropped waits a minute, not until the next outage.
 STALL_S = 60.0
-SEEK_TIMEOUT_S = 30.0  # a seek that cannot finish (no coordinator) fails the tick; the next verdict restarts
+SEEK_TIMEOUT_S = 30.0  # a seek that cannot finish fails the tick; the next verdict restarts
+EXIT_STALLED = 70  # EX_SOFTWARE: the supervisor (or the orchestrator) starts the worker again
 
 
 class StallGuard:
@@ -91,9 +93,9 @@ class StallGuard:
 
 
 async def seek_back_if_stalled(app: faust.App, guard: StallGuard, lag: PartitionLag | None, metrics: Metrics) -> str:
-    """Act on the guard's verdict: seek the app's partitions back to their committed offsets, or stop
-    the worker (its supervisor starts it again); nothing while the group rebalances (Faust seeks then
-    itself). Returns the verdict."""
+    """Act on the guard's verdict: seek the stalled partitions back to their committed offsets (the
+    start, for a group that never committed), or end the process (its supervisor starts it again);
+    nothing while the group rebalances (Faust seeks then itself). Returns the verdict."""
     if lag is None or app.rebalancing:
         return "ok"
     verdict, stalled = guard.verdict(lag, app.consumer.assignment(), time.monotonic())
@@ -104,9 +106,13 @@ async def seek_back_if_stalled(app: faust.App, guard: StallGuard, lag: Partition
     if verdict == "seek":
         log.warning("%s: %s trailed the end of the log for %.0fs with no record in flight (fetched and dropped); "
                     "seeking back to the committed offsets", app.conf.id, where, guard.stall_s)
-        await asyncio.wait_for(app.consumer.perform_seek(), timeout=SEEK_TIMEOUT_S)
-    else:
-        log.error("%s: %s still stalled at the offset it was sought back to: stopping, to be started afresh "
-                  "(by its supervisor) from the committed offsets", app.conf.id, where)
-        signal.raise_signal(signal.SIGTERM)  # the worker's own graceful stop, as `epistream down` asks for it
-    return verdict
+        for topic, partition in stalled:
+            await asyncio.wait_for(app.consumer.seek(TP(topic, partition), lag[(topic, partition)][0]),
+                                   timeout=SEEK_TIMEOUT_S)
+        return verdict
+    log.error("%s: %s still stalled at the offset it was sought back to: exiting, to be started afresh (by "
+              "its supervisor) from the committed offsets", app.conf.id, where)
+    # Not a graceful stop: that waits for every record the consumer holds unacknowledged to be
+    # acknowledged, and a dropped one never is. Nothing is in flight, and what is not committed is read again.
+    logging.shutdown()
+    os._exit(EXIT_STALLED)

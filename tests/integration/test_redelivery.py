@@ -1,0 +1,80 @@
+"""Records a Faust consumer fetched and dropped come again (pipeline/redelivery.py), on the real broker:
+a worker that drops each record's first delivery, as Faust can around a rebalance, handles every
+record once its stall guard sought the partitions back to their committed offsets; one that drops
+every delivery ends its process (for its supervisor to start afresh) once the seek brought nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from kafka import KafkaProducer
+
+from epistream.kafka_io import partition_lag
+from epistream.pipeline.redelivery import EXIT_STALLED
+from epistream.topics import create_topic
+
+pytestmark = pytest.mark.integration
+
+STALL_S = 5.0
+RECORDS = [f"record {n}" for n in range(6)]
+
+
+def _start(kafka, tmp_path, *mode: str) -> tuple[subprocess.Popen, str, str]:  # type: ignore[no-untyped-def]
+    """A dropping worker on a fresh two-partition topic holding RECORDS: (process, topic, group)."""
+    run = uuid.uuid4().hex[:8]
+    topic, group = f"redeliver-{run}", f"redeliver-group-{run}"
+    asyncio.run(create_topic(kafka, topic, partitions=2))
+    with (tmp_path / "worker.log").open("wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "epistream.testing.dropping_worker", kafka.kafka_bootstrap, topic, group,
+             str(tmp_path / "handled.txt"), str(STALL_S), str(tmp_path / "home"), *mode],
+            stdout=log, stderr=subprocess.STDOUT)
+    producer = KafkaProducer(bootstrap_servers=kafka.kafka_bootstrap)
+    try:
+        for n, value in enumerate(RECORDS):
+            producer.send(topic, value=value.encode(), partition=n % 2).get(timeout=30)
+    finally:
+        producer.close()
+    return worker, topic, group
+
+
+def test_records_dropped_by_the_consumer_are_fetched_again_and_handled(kafka, tmp_path):
+    handled, log_path = tmp_path / "handled.txt", tmp_path / "worker.log"
+    worker, topic, group = _start(kafka, tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while sorted(_lines(handled)) != sorted(RECORDS):
+            assert worker.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"handled {_lines(handled)}; log: {log_path.read_text()[-3000:]}"
+            time.sleep(0.5)
+        # Each handled once, and the group's committed offsets reach the end: nothing left behind.
+        assert sorted(_lines(handled)) == sorted(RECORDS)
+        deadline = time.monotonic() + 30
+        while any(done < end for done, end in asyncio.run(partition_lag(kafka, group, [topic])).values()):
+            assert time.monotonic() < deadline, "the committed offsets never reached the end"
+            time.sleep(0.5)
+        assert "seeking back to the committed offsets" in log_path.read_text()
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+
+
+def test_a_consumer_the_seek_cannot_help_ends_its_process_for_a_fresh_start(kafka, tmp_path):
+    worker, _, _ = _start(kafka, tmp_path, "always")
+    try:
+        assert worker.wait(timeout=120) == EXIT_STALLED
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    log = (tmp_path / "worker.log").read_text()
+    assert "seeking back to the committed offsets" in log and "exiting, to be started afresh" in log, log[-3000:]
+    assert not (tmp_path / "handled.txt").exists()
+
+
+def _lines(path) -> list[str]:  # type: ignore[no-untyped-def]
+    return path.read_text().splitlines() if path.exists() else []
