@@ -8,9 +8,11 @@ the segments behind the committed offset waited until the broker went away again
 
 The guard notices the symptom from outside Faust, so it does not depend on which path dropped them: a
 partition of this worker whose committed offset trails the end of the log, has not moved for
-`stall_s`, while the worker's agent holds no record in flight. Then every assigned partition is sought
-back to its committed offset (what Faust does after a rebalance) and the records come again. A record
-handled twice is harmless: every handler is idempotent (a stored turn, an enriched segment, is skipped)."""
+`stall_s`, while the worker's agent holds no record in flight. Then that partition is sought back to its
+committed offset (as Faust does after a rebalance) and the records come again. Stalled again at the
+same offset after that, the consumer itself is stuck: the process exits and its supervisor starts a
+fresh one, which reads from the committed offsets. A record handled twice is harmless: every handler
+is idempotent (a stored turn, an enriched segment, is skipped)."""
 
 from __future__ import annotations
 

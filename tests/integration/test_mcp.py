@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -114,12 +115,16 @@ async def _remembered(client: Client, conversation: str, phrase: str, turns: lis
 
 
 async def test_a_recall_right_after_each_remember_sees_it_100_of_100(stack, unique):
-    tenant = unique("mcp-ryow")
+    tenant, conversation = unique("mcp-ryow"), unique("conv")
     async with _stdio(tenant) as client:
-        for n in range(100):  # a conversation each: its recall finds the turn only if it is stored
-            phrase = f"parcel {n} to Faro"
-            done = await _remembered(client, unique(f"conv-{n}"), phrase, [{"speaker": "Lia", "text": f"I sent {phrase}."}])
+        # One conversation: a read before its newest turn is stored finds the older ones only (and a
+        # conversation each would leave the shared stack's enrich worker a hundred segments to enrich).
+        for _ in range(100):
+            phrase = f"parcel {uuid.uuid4().hex[:6]} to Faro"  # words of its own: only this turn says them
+            done = await _remembered(client, conversation, phrase, [{"speaker": "Lia", "text": f"I sent {phrase}."}])
             assert [p["offset"] >= 0 for p in done["positions"]] == [True]
+        # Forgotten, so the enrich worker skips its segments without calling the model.
+        await _ok(client, "forget", {"conversation_id": conversation, "confirm": conversation})
 
 
 async def test_stdio_remember_recall_ask_forget(stack, unique):
