@@ -45,8 +45,8 @@ UNLOCK = "SELECT pg_advisory_unlock(%s)"
 BATCH = 500
 PRUNE_EVERY_S = 60.0
 # The producer fails a send the broker did not acknowledge within its request timeout (40 s); a delivery
-# still open well past that is a producer that will not recover (seen after broker restarts): the round
-# gives up on it, so the lock and the connection are never held for good, and the next starts a new one.
+# still open well past that belongs to a producer that will not recover: the round gives up on it, so
+# the lock and the connection are never held for good, and the next round starts a new producer.
 DELIVERY_TIMEOUT_S = 60.0
 
 
