@@ -297,10 +297,15 @@ async def partitions_of(settings: ClientSettings, topic: str) -> list[int]:
     admin = create_admin(settings)
     await admin.start()
     try:
-        described = await admin.describe_topics([topic])
+        return (await _partitions(admin, [topic]))[topic]
     finally:
         await admin.close()
-    return sorted(p["partition"] for p in described[0]["partitions"])
+
+
+async def _partitions(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, list[int]]:
+    """Each topic's partition numbers, with an admin client already started (one metadata request)."""
+    described = await admin.describe_topics(topics)
+    return {d["topic"]: sorted(p["partition"] for p in d["partitions"]) for d in described}
 
 
 #: (topic, partition) -> (the group's committed offset, the end of the log)
@@ -315,7 +320,8 @@ async def partition_lag(settings: ClientSettings, group: str, topics: list[str])
         await admin.start()
         await consumer.start()
         committed = await admin.list_consumer_group_offsets(group)
-        partitions = [TopicPartition(t, p) for t in topics for p in await partitions_of(settings, t)]
+        # The admin that reads the committed offsets names the partitions too: no client per topic.
+        partitions = [TopicPartition(t, p) for t, numbers in (await _partitions(admin, topics)).items() for p in numbers]
         ends = await consumer.end_offsets(partitions)
     finally:
         # Both, whether or not they started (a client that failed to start still holds its connections).
