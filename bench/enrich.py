@@ -27,14 +27,14 @@ import psycopg
 from psycopg.rows import dict_row
 from pydantic import ValidationError
 
-from epistream.contracts import Segment
-from epistream.llm import response_format
+from epistream.contracts.segments import Segment
+from epistream.models.llm import response_format
+from epistream.ops.readiness import WaitTimeout
 from epistream.pipeline.enrich import build_messages
 from epistream.pipeline.prompts import EnrichmentOut
 from epistream.pipeline.segmenter import SegmenterConfig
 from epistream.pipeline.store.segments import load_segment
-from epistream.readiness import WaitTimeout
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 
 from . import cleanup, enrich_report, report
 from .enrich_report import DirectBaseline, DirectCall, RunRows, Sample, WaitOutcome, build_result

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from epistream.consumers.prompts import ANSWER_PROMPT_VERSION, MasterAnswer, load_prompt
 from epistream.errors import EpistreamError, ModelUnavailable
-from epistream.llm import ModelClient, Usage
+from epistream.models.llm import ModelClient, Usage
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from epistream.contracts import Turn
-from epistream.embeddings import Embedder
-from epistream.readiness import WaitTimeout, wait_for_turns
-from epistream.settings import Settings
+from epistream.contracts.turns import Turn
+from epistream.models.embeddings import Embedder
+from epistream.ops.readiness import WaitTimeout, wait_for_turns
+from epistream.settings.processes import Settings
 
 from .cleanup import seal_tenant
 from .produce import Record, send_burst, send_one_by_one

@@ -11,8 +11,8 @@ from typing import Any
 
 import psycopg
 
-from epistream.embeddings import turn_embedding_text
-from epistream.settings import Settings
+from epistream.models.embeddings import turn_embedding_text
+from epistream.settings.processes import Settings
 
 from . import report
 from .cleanup import forget_tenants, remaining_rows

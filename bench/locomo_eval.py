@@ -32,12 +32,14 @@ import psycopg
 from aiokafka import TopicPartition
 from pydantic import SecretStr
 
-from epistream.contracts import Answer, Mode, Question
-from epistream.kafka_io import create_consumer
-from epistream.readiness import WaitTimeout
-from epistream.settings import JsonMode, Settings
-from epistream.sources import LocomoQA, LocomoSample, load_locomo
-from epistream.topics import create_topic, delete_topics
+from epistream.client.sources import LocomoQA, LocomoSample, load_locomo
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.replies import Answer
+from epistream.messaging.kafka_io import create_consumer
+from epistream.messaging.topics import create_topic, delete_topics
+from epistream.ops.readiness import WaitTimeout
+from epistream.settings.models import JsonMode
+from epistream.settings.processes import Settings
 
 from . import budget_recall, eval_report
 from .eval_metrics import ADVERSARIAL, recall_at_k, sample_by_category, score_answer, union_turns
@@ -147,7 +149,7 @@ def plan(samples: list[LocomoSample], args: argparse.Namespace) -> tuple[list[It
 
 
 async def ingest(settings: Settings, samples: list[LocomoSample]) -> int:
-    from epistream.client import produce_raw
+    from epistream.client.api import produce_raw
 
     records = [(t.conversation_id.encode(), t.to_bytes()) for s in samples for t in s.turns]
     return await produce_raw(settings, records)
@@ -228,7 +230,7 @@ async def measure_recall(pool, settings: Settings, tenant: str, items: list[Item
     """Per question with evidence: recall@k of each router configuration and of dense turn retrieval."""
     from epistream.consumers.retrieval import DENSE_TURNS, search_turns
     from epistream.consumers.router import route
-    from epistream.db import tenant_scope
+    from epistream.storage.db import tenant_scope
 
     configs = recall_configs(settings)
     results = []
@@ -325,7 +327,7 @@ class Replies:
 async def ask_all(settings: Settings, items: list[Item], *, tenant: str, run_id: str, mode: Mode, reply_topic: str,
                   concurrency: int, timeout_s: float) -> dict[int, dict[str, Any]]:
     """Send every question to memory.questions, `concurrency` in flight; index -> answer record."""
-    from epistream.kafka_io import create_producer
+    from epistream.messaging.kafka_io import create_producer
 
     replies = Replies(settings, reply_topic)
     await replies.start()
@@ -376,7 +378,7 @@ async def ask_all(settings: Settings, items: list[Item], *, tenant: str, run_id:
 async def _stop_if_unhealthy(settings: Settings) -> None:
     """A failed answer from a broken stack is no result: stop the run, naming what is broken."""
     from epistream.errors import ServiceError
-    from epistream.health import probe_all
+    from epistream.ops.health import probe_all
 
     bad = [p for p in await probe_all(settings) if not p.healthy]
     if bad:
@@ -385,7 +387,7 @@ async def _stop_if_unhealthy(settings: Settings) -> None:
 
 async def drain(settings: Settings, timeout_s: float) -> None:
     """Wait (at most `timeout_s`) until the answer worker has no question left on memory.questions."""
-    from epistream.kafka_io import consumer_lag
+    from epistream.messaging.kafka_io import consumer_lag
 
     started = time.perf_counter()
     while time.perf_counter() - started < timeout_s:
@@ -430,8 +432,8 @@ def epistream_record(item: Item, got: dict[str, Any]) -> dict[str, Any]:
 
 
 def _master(settings: Settings, *, timeout_s: float):  # type: ignore[no-untyped-def]
-    from epistream.metrics import Metrics
-    from epistream.resources import model_client
+    from epistream.core.metrics import Metrics
+    from epistream.ops.resources import model_client
 
     return model_client(settings, "master", Metrics.create(), timeout_s=timeout_s)
 
@@ -455,7 +457,7 @@ async def run_baselines(settings: Settings, pool, tenant: str, items: list[Item]
     """Every full-context answer first, then every dense one: consecutive full-context
     prompts of a conversation share their long prefix, which llama.cpp keeps cached."""
     from epistream.consumers.retrieval import DENSE_TURNS, search_turns
-    from epistream.db import tenant_scope
+    from epistream.storage.db import tenant_scope
 
     from .eval_baselines import Line, answer_with, context_budget_chars, newest_that_fit
 
@@ -497,8 +499,8 @@ async def run_baselines(settings: Settings, pool, tenant: str, items: list[Item]
 
 async def run_judge(settings: Settings, args: argparse.Namespace, items: list[Item],
                     records: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    from epistream.metrics import Metrics
-    from epistream.resources import model_client
+    from epistream.core.metrics import Metrics
+    from epistream.ops.resources import model_client
 
     from .eval_baselines import judge
 
@@ -529,8 +531,8 @@ def _stale_answer_worker(settings: Settings) -> dict[str, Any]:
 
 
 async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant: str) -> dict[str, Any]:
-    from epistream.db import admin_database_url
-    from epistream.resources import Resources
+    from epistream.ops.resources import Resources
+    from epistream.storage.db import admin_database_url
 
     samples = load_locomo(args.path, tenant=tenant, conversation_prefix=f"{tenant}-")
     if args.conversations is not None:
@@ -662,7 +664,7 @@ def main(argv: list[str] | None = None, *, settings: Settings | None = None,
 def run_from_args(args: argparse.Namespace, *, settings: Settings | None = None) -> int:
     """The whole evaluation from parsed arguments."""
     from epistream.errors import ServiceError
-    from epistream.health import probe_all
+    from epistream.ops.health import probe_all
 
     from . import report
 

@@ -7,9 +7,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from epistream.contracts import Turn
-from epistream.kafka_io import create_producer, partitions_of
-from epistream.settings import Settings
+from epistream.contracts.turns import Turn
+from epistream.messaging.kafka_io import create_producer, partitions_of
+from epistream.settings.processes import Settings
 
 
 @dataclass(frozen=True)

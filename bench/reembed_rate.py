@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from epistream.db import create_pool
-from epistream.embeddings import Embedder, turn_embedding_text
+from epistream.client.sources import load_locomo
+from epistream.models.embeddings import Embedder, turn_embedding_text
 from epistream.pipeline.reembed import pending, reembed_round
-from epistream.settings import Settings
-from epistream.sources import load_locomo
+from epistream.settings.processes import Settings
+from epistream.storage.db import create_pool
 
 from . import report
 from .budget_systems import CachedEmbedder, Memory

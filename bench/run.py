@@ -17,8 +17,8 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from epistream.db import admin_database_url
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
+from epistream.storage.db import admin_database_url
 
 from . import enrich_report
 from .enrich import EnrichOptions, run_enrich

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from epistream.infra import services, supervisor
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 
 # The processes the supervisor runs, by the names the reports use.
 OWN_PROCESSES = ("worker-ingest", "worker-answer", "model-server", "kafka")

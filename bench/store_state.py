@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from epistream.readiness import OnPoll, poll, poll_async
+from epistream.ops.readiness import OnPoll, poll, poll_async
 
 # open_conversations: conversations with turns no closed segment holds yet (beyond the carried overlap),
 # the segmenter's own notion of "open" (its idle-close query uses the same test).

@@ -23,15 +23,15 @@ from typing import Any
 import numpy as np
 from pydantic import SecretStr
 
-from epistream.client import context, produce_raw
-from epistream.db import admin_database_url, database_url, on_database
+from epistream.client.api import context, produce_raw
 from epistream.infra.process import ManagedProcess, wait_until
 from epistream.infra.stack import worker_argv
-from epistream.readiness import port_open
-from epistream.settings import Settings
+from epistream.messaging.topics import ensure_topics
+from epistream.ops.readiness import port_open
+from epistream.settings.processes import Settings
+from epistream.storage.db import admin_database_url, database_url, on_database
 from epistream.testing.databases import drop_database, own_database
 from epistream.testing.otlp import OtlpReceiver
-from epistream.topics import ensure_topics
 
 from . import report
 from .ingest import wait_for_rows

@@ -13,9 +13,9 @@ from typing import Generic, TypeVar
 
 from prometheus_client.samples import Sample
 
-from epistream.health import WORKERS, worker_metrics_url
-from epistream.metrics import parse_samples, read_samples, sample_sum
-from epistream.settings import Settings
+from epistream.core.metrics import parse_samples, read_samples, sample_sum
+from epistream.ops.health import WORKERS, worker_metrics_url
+from epistream.settings.processes import Settings
 
 
 def _scrape_samples(settings: Settings, worker: str = "ingest") -> list[Sample] | None:

@@ -21,10 +21,10 @@ from datetime import UTC, datetime, timedelta
 from itertools import zip_longest
 from pathlib import Path
 
-from epistream.contracts import Turn
+from epistream.client.sources import load_locomo
+from epistream.contracts.turns import Turn
 from epistream.pipeline.segmenter import SegmenterConfig, SegmenterState, close, estimate_tokens, feed
 from epistream.pipeline.store.segments import turn_line
-from epistream.sources import load_locomo
 
 from .produce import Record
 

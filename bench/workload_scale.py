@@ -33,7 +33,8 @@ from datetime import date, datetime, timedelta, timezone
 from string import Formatter
 from typing import Literal, TypeVar
 
-from epistream.contracts import Mode, Question, Turn
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.turns import Turn
 
 # --- the known answers ----------------------------------------------------------------------------
 
@@ -46,7 +47,7 @@ KINDS: tuple[QuestionKind, ...] = ("temporal", "counting", "current", "previous"
 class TimeMention:
     """A relative time expression as a turn says it, and the day it stands for said that day.
 
-    `day` is computed here from the session's date, independently of epistream.dates, so a test can
+    `day` is computed here from the session's date, independently of epistream.core.dates, so a test can
     check the resolver against it: week precision is the day a week (or N weeks) back, month
     precision the first of the month.
     """

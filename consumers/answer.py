@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 import time
 
-from epistream.contracts import Answer, Mode, Question, RoleTokens
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.replies import Answer, RoleTokens
 from epistream.errors import ModelOutputError, ModelUnavailable
-from epistream.llm import Usage
+from epistream.models.llm import Usage
 
 from .deps import AnswerDeps
 from .modes.agentic import answer_agentic

@@ -17,10 +17,10 @@ from datetime import datetime
 
 from psycopg import AsyncConnection
 
-from epistream import tracing
+from epistream.core import tracing
 from epistream.errors import EpistreamError
-from epistream.llm import ModelClient, Usage
-from epistream.prompts import fence, turn_line
+from epistream.models.llm import ModelClient, Usage
+from epistream.models.prompts import fence, turn_line
 
 from .prompts import ASSISTANT_PROMPT, AssistantReply
 from .retrieval import load_turns

@@ -13,8 +13,8 @@ import numpy as np
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from epistream import tracing
-from epistream.embeddings import Embedder
+from epistream.core import tracing
+from epistream.models.embeddings import Embedder
 
 from .retrieval import RetrievedTurn, TurnRecipe, search_turns
 from .retrieval.speakers import named_speakers, without_names

@@ -27,16 +27,11 @@ from typing import Any, Protocol
 
 from psycopg import AsyncConnection
 
-from epistream.contracts import (
-    CONTEXT_BUDGET_DEFAULT,
-    MemoryContext,
-    Question,
-    TimeRange,
-    check_budget,
-)
-from epistream.dates import RELATIVE_PATTERN
-from epistream.db import tenant_scope
-from epistream.metrics import Metrics
+from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, Question, TimeRange, check_budget
+from epistream.contracts.replies import MemoryContext
+from epistream.core.dates import RELATIVE_PATTERN
+from epistream.core.metrics import Metrics
+from epistream.storage.db import tenant_scope
 
 from .best_turns import FoundTurns, SearchDeps, best_turns, best_turns_within
 from .packing import (

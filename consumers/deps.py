@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from psycopg_pool import AsyncConnectionPool
 
-from epistream.embeddings import Embedder
-from epistream.llm import ModelClient
-from epistream.metrics import Metrics
-from epistream.settings import Settings
+from epistream.core.metrics import Metrics
+from epistream.models.embeddings import Embedder
+from epistream.models.llm import ModelClient
+from epistream.settings.processes import Settings
 
 from .assistants import AssistantPool
 from .retrieval import Recipes

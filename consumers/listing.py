@@ -14,9 +14,10 @@ from typing import Any
 
 from psycopg import sql
 
-from epistream.contracts import CONTEXT_BUDGET_DEFAULT, MemoryContext, Mode, Question
-from epistream.db import tenant_scope
+from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, Mode, Question
+from epistream.contracts.replies import MemoryContext
 from epistream.errors import ContractError
+from epistream.storage.db import tenant_scope
 
 from .context import MetricDeps
 from .packing import fact_candidate, gist_candidate, pack

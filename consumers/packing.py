@@ -19,9 +19,9 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
-from epistream.contracts import MemoryItem, ResolvedPeriod
-from epistream.dates import relative_dates
-from epistream.prompts import estimate_tokens
+from epistream.contracts.replies import MemoryItem, ResolvedPeriod
+from epistream.core.dates import relative_dates
+from epistream.models.prompts import estimate_tokens
 
 from .retrieval import RetrievedTurn, reciprocal_rank
 from .timefilter import period_of

@@ -1,6 +1,6 @@
 """Read-your-own-writes on the answer side: before a read whose question names `after` positions,
 wait (bounded) until the ingest side has stored the turns topic through every one of them
-(epistream/watermarks.py says what "stored through" means; docs/read-your-writes.md)."""
+(epistream/storage/watermarks.py says what "stored through" means; docs/read-your-writes.md)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from psycopg_pool import AsyncConnectionPool
 
-from epistream import tracing
-from epistream.contracts import Position
-from epistream.metrics import Metrics
-from epistream.watermarks import stored_through, unmet
+from epistream.contracts.positions import Position
+from epistream.core import tracing
+from epistream.core.metrics import Metrics
+from epistream.storage.watermarks import stored_through, unmet
 
 #: The first pause between polls, and the longest: a turn is usually stored within a second, so
 #: early polls are close together; later ones back off to keep an idle database quiet.

@@ -7,7 +7,7 @@ tools (their anchor).
 
 The period the question names filters nothing: memory about it ranks first (``QuestionTime.about``
 and ``said_about``), everything else after. A period whose bounds leave the calendar (this year,
-asked on 9999-12-31) is no period: the arithmetic goes through `epistream.dates.within_calendar`,
+asked on 9999-12-31) is no period: the arithmetic goes through `epistream.core.dates.within_calendar`,
 the one guard."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
-from epistream.contracts import Question, ResolvedPeriod, TimeRange
-from epistream.dates import RELATIVE_PATTERN, Precision, ResolvedDate, relative_dates, resolve, within_calendar
+from epistream.contracts.questions import Question, TimeRange
+from epistream.contracts.replies import ResolvedPeriod
+from epistream.core.dates import RELATIVE_PATTERN, Precision, ResolvedDate, relative_dates, resolve, within_calendar
 
 _MONTHS = "|".join(calendar.month_name[1:])
 # Explicit periods: "in May 2023", "during June, 2022", "in 2021", "May 2023".

@@ -17,7 +17,7 @@ from datetime import datetime
 
 from psycopg import AsyncConnection
 
-from epistream.prompts import estimate_tokens
+from epistream.models.prompts import estimate_tokens
 
 from .assistants import SegmentText, SegmentTurnText
 from .retrieval import OPEN_SUFFIX, RetrievedTurn, WindowRecipe, neighbour_turns

@@ -20,12 +20,16 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
-from epistream import tracing
-from epistream.claims import ClaimCheck, header_pairs
-from epistream.contracts import Answer, MemoryContext, Mode, Question, decode
-from epistream.dead_letters import DEFAULT_MAX_REQUEST_SIZE, dead_letter, record_size
+from epistream.contracts.decoding import decode
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.replies import Answer, MemoryContext
+from epistream.core import tracing
+from epistream.core.claims import ClaimCheck, header_pairs
+from epistream.core.metrics import Metrics
+from epistream.core.retry import BLOCKING, retry
 from epistream.errors import PermanentError, is_transient
-from epistream.kafka_io import (
+from epistream.messaging.dead_letters import DEFAULT_MAX_REQUEST_SIZE, dead_letter, record_size
+from epistream.messaging.kafka_io import (
     Outgoing,
     PartitionProducers,
     TopicDirectory,
@@ -34,11 +38,9 @@ from epistream.kafka_io import (
     report_lag,
     worker_client_id,
 )
-from epistream.metrics import Metrics
-from epistream.replies import check_own_reply_topic, tenant_reply_topic
-from epistream.resources import Resources
-from epistream.retry import BLOCKING, retry
-from epistream.settings import Settings
+from epistream.messaging.tenant_topics import check_own_reply_topic, tenant_reply_topic
+from epistream.ops.resources import Resources
+from epistream.settings.processes import Settings
 
 from .answer import answer_question, failed_answer
 from .assistants import AssistantPool

@@ -1,12 +1,34 @@
 """Exception tree, and which failures are worth retrying (`is_transient`).
 
+Every exception the project raises on purpose is an :class:`EpistreamError`. Where a caller expects a
+built-in (a ``ValueError`` for a bad value, a ``TimeoutError`` for a wait), the class has both bases.
+The narrow classes live beside the code that raises them (module in brackets); the broad ones here.
+tests/unit/test_errors.py checks this drawing against the classes.
+
     EpistreamError
-    ├── RetryableError            try again later: timeouts, 429/5xx, serialization failures
-    │   └── ModelUnavailable      the model endpoint did not answer usably
-    │       └── ModelRejected     it answered, refusing the request (a 4xx): not an outage
-    └── PermanentError            the same input will fail the same way: dead-letter it
-        ├── ContractError         a message does not match its topic's contract
-        └── ModelOutputError      the model's output failed its JSON schema after retries
+    ├── RetryableError                    try again later: timeouts, 429/5xx, serialization failures
+    │   ├── ModelUnavailable              the model endpoint did not answer usably
+    │   │   └── ModelRejected             it answered, refusing the request (a 4xx): not an outage
+    │   └── ReplyTimeout                  no reply within the caller's timeout; also a TimeoutError
+    ├── PermanentError                    the same input will fail the same way: dead-letter it
+    │   ├── ContractError                 a message does not match its topic's contract
+    │   │   └── ListingRefused            a listing the tenant may not make [epistream.consumers.listing]
+    │   ├── ModelOutputError              the model's output failed its JSON schema after retries
+    │   ├── SettingsError                 a setting that does not validate; also a ValueError
+    │   ├── ClaimRejected                 a tenant claim its sender may not make [epistream.core.claims]
+    │   ├── ForeignReplyTopic             a reply topic not the tenant's [epistream.messaging.tenant_topics]
+    │   ├── UnknownReplyTopic             a reply topic that does not exist [epistream.consumers.worker]
+    │   ├── EventCursorError              `after` offsets that do not fit the events topic; also a ValueError
+    │   │                                 [epistream.client.api]
+    │   ├── ToolArgumentError             an agentic tool call's bad argument; also a ValueError
+    │   │                                 [epistream.consumers.tools.schemas]
+    │   ├── ArgumentError                 an MCP tool's bad argument; also a ValueError [epistream.apps.mcp.arguments]
+    │   ├── CursorError                   a forged or damaged MCP events cursor; also a ValueError
+    │   │                                 [epistream.apps.mcp.cursor]
+    │   └── TenantAdminError              the broker refused a tenant's login or ACLs [epistream.ops.tenants]
+    └── ServiceError                      a service could not be started or reached
+        └── WaitTimeout                   the stack did not do what was waited for; also a TimeoutError
+                                          [epistream.ops.readiness]
 """
 
 
@@ -20,6 +42,10 @@ class RetryableError(EpistreamError):
 
 class ModelUnavailable(RetryableError):
     pass
+
+
+class ReplyTimeout(RetryableError, TimeoutError):
+    """No reply came within the caller's timeout (the question may still be answered later)."""
 
 
 class ModelRejected(ModelUnavailable):
@@ -37,6 +63,10 @@ class ContractError(PermanentError):
 
 class ModelOutputError(PermanentError):
     pass
+
+
+class SettingsError(PermanentError, ValueError):
+    """A setting that does not validate, named by its environment variable."""
 
 
 class ServiceError(EpistreamError):

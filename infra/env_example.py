@@ -20,7 +20,8 @@ from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
-from epistream.settings import ENV_PREFIX, GROUPS
+from epistream.settings.base import ENV_PREFIX
+from epistream.settings.processes import GROUPS
 
 MARKDOWN_INTRO = """\
 # Configuration
@@ -29,7 +30,7 @@ Every setting is an environment variable, and every one is optional: the default
 stack on one machine. A bad value stops the process at start-up, naming the variable (exit status 2).
 Secrets are never shown in logs or in the settings' repr.
 
-The settings live in `epistream/settings.py`, one class per group below; `Settings` is their union,
+The settings live in `epistream/settings/`, one class per group below; `Settings` is their union,
 built once per process by `load_settings()` and passed down (nothing else reads the environment).
 This page and `.env.example` are generated from those classes; `tests/unit/test_docs.py` checks that
 both are current. To change a setting, change its class, then regenerate:

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epistream.errors import ServiceError
-from epistream.maven import run_maven, tail
-from epistream.settings import Settings
-from epistream.tls import BrokerCertificates, covers, embedded_tls_dir, issue_broker_certificates, write_private
+from epistream.models.maven import run_maven, tail
+from epistream.ops.tls import BrokerCertificates, covers, embedded_tls_dir, issue_broker_certificates, write_private
+from epistream.settings.processes import Settings
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ def _sasl(settings: Settings) -> bool:
 
 
 def _tls_properties(layout: BrokerLayout) -> list[str]:
-    """SASL_SSL: the client listener serves a certificate signed by its own CA (epistream.tls),
+    """SASL_SSL: the client listener serves a certificate signed by its own CA (epistream.ops.tls),
     re-issued when the broker's address changes or it nears expiry; clients trust that CA."""
     certificates = BrokerCertificates(layout.tls_dir)
     if not covers(certificates, layout.advertised_host):

@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 from epistream.errors import ServiceError
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 
 
 def default_gguf() -> Path:

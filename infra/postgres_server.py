@@ -14,8 +14,8 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from epistream.db import DATABASE_NAME, apply_migrations, embedded_uri_file
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
+from epistream.storage.db import DATABASE_NAME, apply_migrations, embedded_uri_file
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from epistream import readiness
 from epistream.errors import ServiceError
+from epistream.ops import readiness
 
 
 def pid_alive(pid: int) -> bool:

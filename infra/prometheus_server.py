@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from epistream.errors import ServiceError
-from epistream.readiness import port_open, url_ok
-from epistream.settings import Settings
+from epistream.ops.readiness import port_open, url_ok
+from epistream.settings.processes import Settings
 
 from .process import ManagedProcess, wait_until
 

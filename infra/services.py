@@ -3,7 +3,7 @@
 `up` prepares what needs preparing once (Kafka's jars and storage, the PostgreSQL
 cluster), starts the supervisor (:mod:`epistream.infra.supervisor`), which runs every
 service and worker and restarts them when they die, waits for each to be ready
-and then checks each with a probe that uses it (:mod:`epistream.health`).
+and then checks each with a probe that uses it (:mod:`epistream.ops.health`).
 `status` joins the supervisor's view of each process (pid, restarts, how it last
 exited) with the probes; `down` stops the supervisor and everything under it.
 
@@ -25,11 +25,11 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from epistream.db import admin_database_url, apply_migrations, embedded_uri_file, set_login_passwords
 from epistream.errors import ServiceError
-from epistream.health import WORKERS, Health, Probe, probe_all
-from epistream.settings import Settings
-from epistream.topics import ensure_topics
+from epistream.messaging.topics import ensure_topics
+from epistream.ops.health import WORKERS, Health, Probe, probe_all
+from epistream.settings.processes import Settings
+from epistream.storage.db import admin_database_url, apply_migrations, embedded_uri_file, set_login_passwords
 
 from . import supervisor as sup
 from .postgres_server import pgdata_dir, stop_unsupervised

@@ -9,10 +9,10 @@ import signal
 import sys
 from functools import partial
 
-from epistream.health import WORKERS
-from epistream.readiness import port_open
-from epistream.settings import Settings
-from epistream.topics import ensure_topics
+from epistream.messaging.topics import ensure_topics
+from epistream.ops.health import WORKERS
+from epistream.ops.readiness import port_open
+from epistream.settings.processes import Settings
 
 from .kafka_broker import prepare_broker
 from .model_server import model_listed, model_server_argv
@@ -62,4 +62,4 @@ def service_specs(settings: Settings) -> list[ServiceSpec]:
 def worker_argv(worker: str) -> list[str]:
     """How a worker is started: `-P` keeps the working directory off its import path, so a user's own
     folder named like a module (infra/, pipeline/ ...) is never imported instead of epistream's."""
-    return [sys.executable, "-P", "-m", "epistream.shell.cli", "worker", worker]
+    return [sys.executable, "-P", "-m", "epistream.apps.cli.main", "worker", worker]

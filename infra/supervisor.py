@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from epistream.metrics import SupervisorMetrics
-from epistream.settings import Settings
+from epistream.core.metrics import SupervisorMetrics
+from epistream.settings.processes import Settings
 
 from .process import pid_alive
 from .service import ServiceSpec

@@ -13,15 +13,15 @@ import faust
 from mode import Service
 from psycopg_pool import AsyncConnectionPool
 
-from epistream import tracing
-from epistream.claims import ClaimCheck
-from epistream.embeddings import Embedder
-from epistream.erasure import parse_forgotten
-from epistream.kafka_io import PartitionLag, faust_broker_options, faust_datadir, report_lag, worker_client_id
-from epistream.metrics import Metrics
-from epistream.resources import Resources
-from epistream.settings import Settings
-from epistream.watermarks import forget_beyond_the_log
+from epistream.core import tracing
+from epistream.core.claims import ClaimCheck
+from epistream.core.metrics import Metrics
+from epistream.messaging.erasure import parse_forgotten
+from epistream.messaging.kafka_io import PartitionLag, faust_broker_options, faust_datadir, report_lag, worker_client_id
+from epistream.models.embeddings import Embedder
+from epistream.ops.resources import Resources
+from epistream.settings.processes import Settings
+from epistream.storage.watermarks import forget_beyond_the_log
 
 from . import erasure, housekeeping, outbox
 from .delivery import settle
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 class IndexerResources(Service):
-    """The process's shared clients (:class:`epistream.resources.Resources`: pool, embedder) and
+    """The process's shared clients (:class:`epistream.ops.resources.Resources`: pool, embedder) and
     the metrics endpoint, opened before the agents run (a Faust dependency)."""
 
     def __init__(self, settings: Settings, metrics: Metrics, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -178,7 +178,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
             lag = await report_lag(settings, metrics, settings.indexer_group, [settings.topic_turns])
             return None if lag is None else {partition: end for (_, partition), (_, end) in lag.items()}
 
-        # Marks of a deleted and re-created topic would call unstored turns stored (epistream/watermarks.py).
+        # Marks of a deleted and re-created topic would call unstored turns stored (epistream/storage/watermarks.py).
         await housekeeping.guarded("watermarks", lambda: forget_beyond_the_log(resources.pool, settings.topic_turns,
                                                                                ends), metrics)
         await housekeeping.guarded("redelivery", lambda: seek_back_if_stalled(app, guard, lag, metrics), metrics)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from epistream.retry import Backoff
+from epistream.core.retry import Backoff
 
 #: The first pause, doubled per failed probe up to five minutes, with jitter.
 DEFAULT_BACKOFF = Backoff(first_s=5.0, cap_s=300.0, jitter_low=0.5, jitter_high=1.0)

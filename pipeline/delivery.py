@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
-from epistream import tracing
-from epistream.dead_letters import DEFAULT_MAX_REQUEST_SIZE, DeadLetterSend, dead_letter
-from epistream.metrics import Metrics
-from epistream.retry import BLOCKING, Backoff, retry
+from epistream.core import tracing
+from epistream.core.metrics import Metrics
+from epistream.core.retry import BLOCKING, Backoff, retry
+from epistream.messaging.dead_letters import DEFAULT_MAX_REQUEST_SIZE, DeadLetterSend, dead_letter
 
 from .ingest import STAGE, IngestResult, Rejected
 from .records import RawRecord

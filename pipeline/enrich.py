@@ -28,17 +28,17 @@ from typing import Any, TypeVar
 
 from psycopg_pool import AsyncConnectionPool
 
-from epistream.contracts import Segment, SegmentTurn
-from epistream.dates import RELATIVE_PATTERN, ResolvedDate, gist_sentence, leading_date, resolve
-from epistream.db import tenant_scope
-from epistream.embeddings import Embedder
+from epistream.contracts.segments import Segment, SegmentTurn
+from epistream.core.dates import RELATIVE_PATTERN, ResolvedDate, gist_sentence, leading_date, resolve
+from epistream.core.metrics import Metrics
+from epistream.core.names import normalize_name, normalize_predicate, resolve_speaker
+from epistream.core.retry import BLOCKING, retry
 from epistream.errors import ModelOutputError, ModelRejected, ModelUnavailable, is_transient
-from epistream.llm import ModelClient
-from epistream.metrics import Metrics
-from epistream.names import normalize_name, normalize_predicate, resolve_speaker
-from epistream.prompts import fence, turn_line
-from epistream.retry import BLOCKING, retry
-from epistream.settings import Settings
+from epistream.models.embeddings import Embedder
+from epistream.models.llm import ModelClient
+from epistream.models.prompts import fence, turn_line
+from epistream.settings.processes import Settings
+from epistream.storage.db import tenant_scope
 
 from .breaker import CircuitBreaker
 from .enrichment import Enrichment, FactRow, GistRow

@@ -13,15 +13,16 @@ from typing import cast
 import faust
 from mode import Service
 
-from epistream import tracing
-from epistream.contracts import Segment, decode
-from epistream.dead_letters import dead_letter
+from epistream.contracts.decoding import decode
+from epistream.contracts.segments import Segment
+from epistream.core import tracing
+from epistream.core.metrics import Metrics
+from epistream.core.retry import Backoff
 from epistream.errors import ContractError
-from epistream.kafka_io import faust_broker_options, faust_datadir, report_lag, worker_client_id
-from epistream.metrics import Metrics
-from epistream.resources import Resources
-from epistream.retry import Backoff
-from epistream.settings import Settings
+from epistream.messaging.dead_letters import dead_letter
+from epistream.messaging.kafka_io import faust_broker_options, faust_datadir, report_lag, worker_client_id
+from epistream.ops.resources import Resources
+from epistream.settings.processes import Settings
 
 from . import erasure, housekeeping
 from .breaker import CircuitBreaker

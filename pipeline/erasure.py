@@ -9,13 +9,13 @@ import logging
 
 from psycopg_pool import AsyncConnectionPool
 
-from epistream.client import forget as record_forgetting
-from epistream.contracts import ForgetRecord
-from epistream.db import tenant_scope
-from epistream.erasure import read_forgotten
-from epistream.metrics import Metrics
-from epistream.retry import BLOCKING, retry
-from epistream.settings import Settings
+from epistream.client.api import forget as record_forgetting
+from epistream.contracts.turns import ForgetRecord
+from epistream.core.metrics import Metrics
+from epistream.core.retry import BLOCKING, retry
+from epistream.messaging.erasure import read_forgotten
+from epistream.settings.processes import Settings
+from epistream.storage.db import tenant_scope
 
 from .store.forget import Forgotten, forget
 from .store.tombstones import WHOLE_TENANT

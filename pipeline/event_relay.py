@@ -22,12 +22,12 @@ from aiokafka import AIOKafkaProducer
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from epistream.claims import ClaimCheck
-from epistream.db import tenant_scope
-from epistream.kafka_io import TopicDirectory, create_admin, create_producer
-from epistream.memory_events import events_topic_for
-from epistream.metrics import Metrics
-from epistream.settings import Settings
+from epistream.core.claims import ClaimCheck
+from epistream.core.metrics import Metrics
+from epistream.messaging.kafka_io import TopicDirectory, create_admin, create_producer
+from epistream.messaging.tenant_topics import events_topic_for
+from epistream.settings.processes import Settings
+from epistream.storage.db import tenant_scope
 
 from . import housekeeping
 from .store import events

@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 
 from psycopg_pool import AsyncConnectionPool
 
-from epistream.contracts import SegmentCloseRequest
-from epistream.metrics import Metrics
+from epistream.contracts.turns import SegmentCloseRequest
+from epistream.core.metrics import Metrics
 
 from .store import segments
 

@@ -19,14 +19,15 @@ import numpy as np
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from epistream import tracing
-from epistream.claims import ClaimCheck
-from epistream.contracts import SegmentCloseRequest, Turn, decode
-from epistream.db import tenant_scope
-from epistream.embeddings import DIMENSIONS, Embedder, turn_embedding_text
-from epistream.metrics import Metrics
-from epistream.retry import BLOCKING, retry
-from epistream.watermarks import Through, advance, through_of
+from epistream.contracts.decoding import decode
+from epistream.contracts.turns import SegmentCloseRequest, Turn
+from epistream.core import tracing
+from epistream.core.claims import ClaimCheck
+from epistream.core.metrics import Metrics
+from epistream.core.retry import BLOCKING, retry
+from epistream.models.embeddings import DIMENSIONS, Embedder, turn_embedding_text
+from epistream.storage.db import tenant_scope
+from epistream.storage.watermarks import Through, advance, through_of
 
 from .records import RawRecord
 from .segmenter import SegmenterConfig

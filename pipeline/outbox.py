@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from psycopg_pool import AsyncConnectionPool
 
-from epistream import tracing
-from epistream.db import tenant_scope
+from epistream.core import tracing
+from epistream.storage.db import tenant_scope
 
 from .store import segments
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from epistream.contracts import SegmentTurn
-from epistream.prompts import estimate_tokens
+from epistream.contracts.segments import SegmentTurn
+from epistream.models.prompts import estimate_tokens
 
 #: estimate_tokens counts four characters a token; tokenizers differ, so only this share is used.
 SAFETY = 0.85

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from epistream.claims import header_pairs
+from epistream.core.claims import header_pairs
 
 
 @dataclass(frozen=True)

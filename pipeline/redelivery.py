@@ -26,8 +26,8 @@ from collections.abc import Iterable, Iterator
 import faust
 from faust.types import TP
 
-from epistream.kafka_io import PartitionLag
-from epistream.metrics import Metrics
+from epistream.core.metrics import Metrics
+from epistream.messaging.kafka_io import PartitionLag
 
 log = logging.getLogger(__name__)
 

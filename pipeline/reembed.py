@@ -16,9 +16,9 @@ from typing import Any, LiteralString
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from epistream.db import tenant_scope
-from epistream.embeddings import TURN_EMBEDDING_VERSION, Embedder, turn_embedding_text
-from epistream.metrics import Metrics
+from epistream.core.metrics import Metrics
+from epistream.models.embeddings import TURN_EMBEDDING_VERSION, Embedder, turn_embedding_text
+from epistream.storage.db import tenant_scope
 
 from .store.turns import local_time
 

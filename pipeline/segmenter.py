@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 # Re-exported: the estimate lives in the shared core (the query side counts with it too).
-from epistream.prompts import estimate_tokens as estimate_tokens
+from epistream.models.prompts import estimate_tokens as estimate_tokens
 
 CloseReason = Literal["budget", "session", "gap", "idle"]
 

@@ -1,4 +1,4 @@
--- A turn is embedded with who said it and when (epistream.embeddings.turn_embedding_text), not its
+-- A turn is embedded with who said it and when (epistream.models.embeddings.turn_embedding_text), not its
 -- bare text: `embedded_as` says which text a row's embedding came from (1 bare, 2 dated). Rows stored
 -- before this migration keep 1 and are re-embedded by the indexer in small batches
 -- (pipeline/reembed.py), so dense search improves without a stop or a replay. A writer that does not

@@ -1,10 +1,10 @@
--- Which embedding model made each stored vector (epistream/embedder_cards.py). Everything stored
+-- Which embedding model made each stored vector (epistream/settings/embedder_cards.py). Everything stored
 -- before this migration was embedded by all-MiniLM-L6-v2 int8. A worker started with another model
 -- re-embeds older rows in place, in small batches (pipeline/reembed.py); until then dense reads skip
 -- them (they compare only vectors of the configured model: `embedded_by = current_setting(
 -- 'epistream.embedder')`, set on every pooled connection) and they are found lexically.
 -- After the backfill, a row records the model of the connection that wrote it (set on every pooled
--- connection, epistream/db.py); a row written by a connection that names none is 'unknown', which is
+-- connection, epistream/storage/db.py); a row written by a connection that names none is 'unknown', which is
 -- never the configured model: dense reads skip it and the indexer re-embeds it.
 ALTER TABLE memory.turns ADD COLUMN IF NOT EXISTS embedded_by text NOT NULL DEFAULT 'all-minilm-l6-v2-int8';
 ALTER TABLE memory.turns ALTER COLUMN embedded_by SET DEFAULT coalesce(current_setting('epistream.embedder', true), 'unknown');

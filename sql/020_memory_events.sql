@@ -1,4 +1,4 @@
--- The memory-event outbox (epistream.memory_events, pipeline/event_relay.py). A writer adds a row in the
+-- The memory-event outbox (epistream.contracts.events, pipeline/event_relay.py). A writer adds a row in the
 -- same transaction as the change it announces (turns stored, a segment closed or enriched, a fact
 -- superseded, a conversation forgotten), so an event exists exactly when its change committed. The
 -- relay sends unpublished rows to Kafka in `seq` order and marks each published after the broker

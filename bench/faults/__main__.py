@@ -15,9 +15,9 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from epistream.db import admin_database_url
 from epistream.infra import supervisor
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
+from epistream.storage.db import admin_database_url
 
 from ..stack import up
 from . import report, settle, workload

@@ -17,11 +17,11 @@ from typing import Any
 
 import psycopg
 
-from epistream.contracts import Turn
+from epistream.contracts.turns import Turn
 from epistream.infra import services, supervisor
-from epistream.kafka_io import create_producer
-from epistream.readiness import WaitTimeout, wait_for_turns
-from epistream.settings import Settings
+from epistream.messaging.kafka_io import create_producer
+from epistream.ops.readiness import WaitTimeout, wait_for_turns
+from epistream.settings.processes import Settings
 from epistream.testing.hostile import CASES, HostileCase
 
 from . import observe

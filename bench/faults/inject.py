@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass, field
 
 from epistream.errors import ServiceError
-from epistream.health import worker_group
 from epistream.infra import services
 from epistream.infra.process import pid_alive
-from epistream.kafka_io import group_members, worker_client_id
-from epistream.readiness import poll
-from epistream.settings import Settings
+from epistream.messaging.kafka_io import group_members, worker_client_id
+from epistream.ops.health import worker_group
+from epistream.ops.readiness import poll
+from epistream.settings.processes import Settings
 
 
 @dataclass
@@ -110,7 +110,7 @@ def spawn_ingest_worker(settings: Settings, log: FaultLog, *, join_timeout_s: fl
            "EPISTREAM_INGEST_METRICS_PORT": str(settings.ingest_metrics_port + EXTRA_METRICS_OFFSET)}
     log_file = settings.state_dir / "logs" / "worker-ingest-extra.log"
     with open(log_file, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-P", "-m", "epistream.shell.cli", "worker", "ingest"], env=env,
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "epistream.apps.cli.main", "worker", "ingest"], env=env,
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0)
     extra = ExtraWorker(proc)
     log.note(f"another ingest worker started (pid {proc.pid}, log {log_file.name})")

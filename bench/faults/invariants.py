@@ -14,7 +14,10 @@ from typing import Any
 
 from aiokafka.structs import ConsumerRecord
 
-from epistream.contracts import DeadLetter, Segment, SegmentCloseRequest, Turn, decode
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.contracts.decoding import decode
+from epistream.contracts.segments import Segment
+from epistream.contracts.turns import SegmentCloseRequest, Turn
 from epistream.errors import ContractError
 from epistream.pipeline.segmenter import SegmenterConfig, SegmenterState, close, estimate_tokens, feed
 from epistream.pipeline.store.segments import turn_line

@@ -16,10 +16,10 @@ from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 from psycopg import sql
 
-from epistream.contracts import DeadLetter
-from epistream.kafka_io import create_consumer
-from epistream.settings import Settings
-from epistream.topics import log_offsets
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.messaging.kafka_io import create_consumer
+from epistream.messaging.topics import log_offsets
+from epistream.settings.processes import Settings
 
 Offsets = dict[str, dict[int, int]]
 

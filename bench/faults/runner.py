@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from epistream.pipeline.segmenter import SegmenterConfig
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 
 from . import observe, settle, workload
 from .inject import FaultLog

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import psycopg
 
-from epistream.db import open_pool
 from epistream.infra import services
+from epistream.ops.readiness import poll
 from epistream.pipeline.erasure import forget_everywhere
-from epistream.readiness import poll
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
+from epistream.storage.db import open_pool
 
 from . import inject
 from .inject import FaultLog

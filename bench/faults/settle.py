@@ -8,8 +8,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from epistream.infra import services, supervisor
-from epistream.readiness import WaitTimeout, poll, wait_for_turns
-from epistream.settings import Settings
+from epistream.ops.readiness import WaitTimeout, poll, wait_for_turns
+from epistream.settings.processes import Settings
 
 from ..store_state import wait_for_enrichment
 from .observe import Offsets, letters, read_since

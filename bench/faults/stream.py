@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from aiokafka.errors import KafkaError
 
-from epistream.kafka_io import create_producer
-from epistream.settings import Settings
+from epistream.messaging.kafka_io import create_producer
+from epistream.settings.processes import Settings
 
 from .workload import Item, Workload
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from epistream.contracts import Mode, Question, Turn
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.turns import Turn
 
 _WORDS = (
     "we walked along the river after dinner and talked about the new job offer in Lisbon "

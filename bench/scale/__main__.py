@@ -18,9 +18,9 @@ from pathlib import Path
 import psycopg
 
 from epistream.consumers.retrieval import from_settings
-from epistream.db import create_pool, database_url, on_database
-from epistream.embeddings import Embedder
-from epistream.settings import Settings
+from epistream.models.embeddings import Embedder
+from epistream.settings.processes import Settings
+from epistream.storage.db import create_pool, database_url, on_database
 from epistream.testing.databases import scratch_database
 
 from ..report import write_results

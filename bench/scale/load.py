@@ -17,9 +17,9 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
 
-from epistream.contracts import Turn
-from epistream.db import EMBEDDER_SETTING
-from epistream.embeddings import TURN_EMBEDDING_VERSION
+from epistream.contracts.turns import Turn
+from epistream.models.embeddings import TURN_EMBEDDING_VERSION
+from epistream.storage.db import EMBEDDER_SETTING
 
 COLUMNS = ("tenant", "conversation_id", "turn_id", "speaker", "text", "ts", "tz_offset_s", "session_id",
            "embedding", "embedded_as")

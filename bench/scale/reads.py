@@ -21,9 +21,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from epistream.consumers.context import build_context
 from epistream.consumers.retrieval import Recipes
-from epistream.db import create_pool
-from epistream.embeddings import Embedder
-from epistream.settings import Settings
+from epistream.models.embeddings import Embedder
+from epistream.settings.processes import Settings
+from epistream.storage.db import create_pool
 
 WARM_UP = 5
 

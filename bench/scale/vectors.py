@@ -22,15 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from epistream.contracts import Turn
-from epistream.embeddings import (
-    DIMENSIONS,
-    TURN_EMBEDDING_VERSION,
-    Embedder,
-    turn_embedding_text,
-)
-from epistream.model_files import embedder_files
-from epistream.settings import load_settings
+from epistream.contracts.turns import Turn
+from epistream.models.embeddings import DIMENSIONS, TURN_EMBEDDING_VERSION, Embedder, turn_embedding_text
+from epistream.models.model_files import embedder_files
+from epistream.settings.processes import load_settings
 
 from ..workload_scale import PRESETS, WorkloadSpec, turns
 

@@ -24,8 +24,8 @@ from bench.budget_systems import (
     verbatim_recall,
     words,
 )
-from epistream.contracts import Turn
-from epistream.sources import LocomoSample
+from epistream.client.sources import LocomoSample
+from epistream.contracts.turns import Turn
 
 
 def piece(turn_id: str, tokens: int, verbatim: bool = True) -> Piece:
@@ -131,7 +131,7 @@ def test_score_asks_a_budget_aware_system_per_budget_and_a_ranking_once_and_summ
 
 def test_the_stack_eval_measures_recall_on_categories_1_to_4_with_evidence_only() -> None:
     from bench.locomo_eval import Item, recall_questions
-    from epistream.sources import LocomoQA
+    from epistream.client.sources import LocomoQA
 
     sample = _sample("conv-26")
     items = [Item(n, sample, LocomoQA("q", "a", None, category, evidence))

@@ -16,10 +16,10 @@ import pytest
 
 from bench.budget_recall import on_stack_memory
 from bench.budget_systems import CachedEmbedder, Memory, Query, RouterSegments, StoredTurns
+from epistream.client.sources import LocomoQA, LocomoSample
 from epistream.consumers.retrieval import from_settings
-from epistream.embeddings import Embedder, turn_embedding_text
-from epistream.settings import Settings
-from epistream.sources import LocomoQA, LocomoSample
+from epistream.models.embeddings import Embedder, turn_embedding_text
+from epistream.settings.processes import Settings
 from epistream.testing.turns import make_turns
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from datetime import timedelta
 from bench.faults import workload
 from bench.faults.invariants import Counts, Observed, check_answers, check_segments, check_turns, replay_segments
 from bench.faults.observe import StoredSegment, StoredTurn
-from epistream.contracts import SegmentCloseRequest
+from epistream.contracts.turns import SegmentCloseRequest
 from epistream.pipeline.segmenter import SegmenterConfig
 
 CONFIG = SegmenterConfig(max_tokens=400, overlap_share=0.1, max_gap=timedelta(hours=6))
@@ -88,7 +88,7 @@ def test_the_suite_refuses_a_running_stack_started_without_its_worker_settings(t
 
     from bench.faults.__main__ import WORKER_ENV, settings_the_running_stack_lacks
     from epistream.infra import supervisor
-    from epistream.settings import Settings
+    from epistream.settings.processes import Settings
 
     for name, value in WORKER_ENV.items():
         monkeypatch.setenv(name, value)

@@ -26,8 +26,10 @@ from bench.workload_scale import (
     spec_for_turns,
     turns,
 )
-from epistream.contracts import Question, Turn, decode
-from epistream.dates import RELATIVE_PATTERN, format_resolved, relative_dates, resolve
+from epistream.contracts.decoding import decode
+from epistream.contracts.questions import Question
+from epistream.contracts.turns import Turn
+from epistream.core.dates import RELATIVE_PATTERN, format_resolved, relative_dates, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = WorkloadSpec(tenants=2, conversations_per_tenant=3, sessions_per_conversation=6, turns_per_session=12,

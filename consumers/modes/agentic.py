@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from epistream.contracts import Evidence, Question
-from epistream.db import tenant_scope
-from epistream.llm import Usage
-from epistream.prompts import register
+from epistream.contracts.questions import Question
+from epistream.contracts.replies import Evidence
+from epistream.models.llm import Usage
+from epistream.models.prompts import register
+from epistream.storage.db import tenant_scope
 
 from ..assistants import SegmentText, SegmentTurnText
 from ..deps import AnswerDeps

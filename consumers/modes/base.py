@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from epistream.contracts import Evidence
-from epistream.llm import Usage
+from epistream.contracts.replies import Evidence
+from epistream.models.llm import Usage
 
 
 class Abstention(StrEnum):

@@ -13,11 +13,12 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from epistream import tracing
-from epistream.contracts import Evidence, Question
-from epistream.db import tenant_scope
-from epistream.llm import Usage
-from epistream.prompts import fence
+from epistream.contracts.questions import Question
+from epistream.contracts.replies import Evidence
+from epistream.core import tracing
+from epistream.models.llm import Usage
+from epistream.models.prompts import fence
+from epistream.storage.db import tenant_scope
 
 from ..assistants import QuotedTurn, SegmentText, load_segments
 from ..best_turns import best_turns, best_turns_within

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from epistream.contracts import Evidence, MemoryContext, MemoryItem, Question
-from epistream.prompts import fence
+from epistream.contracts.questions import Question
+from epistream.contracts.replies import Evidence, MemoryContext, MemoryItem
+from epistream.models.prompts import fence
 
 from ..context import context_for
 from ..deps import AnswerDeps

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from epistream.prompts import load_prompt, register
+from epistream.models.prompts import load_prompt, register
 
 
 class MasterAnswer(BaseModel):

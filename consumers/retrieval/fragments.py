@@ -14,7 +14,7 @@ from typing import Literal, get_args
 
 from psycopg import sql
 
-from epistream.db import CONNECTION_EMBEDDER
+from epistream.storage.db import CONNECTION_EMBEDDER
 
 TextSearchConfig = Literal["english", "simple"]
 WindowUnit = Literal["instant", "day"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 
 from .fragments import TextSearchConfig
 

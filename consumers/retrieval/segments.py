@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from psycopg import AsyncConnection, sql
 
-from epistream import tracing
+from epistream.core import tracing
 
 from ..timefilter import DateRange
 from .fragments import (

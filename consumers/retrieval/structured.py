@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from psycopg import AsyncConnection, sql
 
-from epistream import tracing
+from epistream.core import tracing
 
 from .execute import rows
 from .fragments import conversations, fact_days, gist_days, in_scope, nearest, overlaps_window, span_columns

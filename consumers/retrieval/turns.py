@@ -13,7 +13,7 @@ import numpy as np
 from psycopg import AsyncConnection, sql
 from psycopg.rows import class_row
 
-from epistream import tracing
+from epistream.core import tracing
 
 from .execute import rows
 from .fragments import (

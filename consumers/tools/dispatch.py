@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 from psycopg import AsyncConnection
 
-from epistream import tracing
+from epistream.core import tracing
 
 from .facts import find_entity_contexts
 from .gists import find_gist_contexts

@@ -8,7 +8,7 @@ from typing import Any
 
 from psycopg import AsyncConnection, sql
 
-from epistream.names import normalize_name, normalize_predicate
+from epistream.core.names import normalize_name, normalize_predicate
 
 from ..retrieval import conversations, fact_days, in_conversations, overlaps_window, rows
 from .limits import ENTITY_MATCH_LIMIT, Aggregate, Order

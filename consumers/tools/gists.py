@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from psycopg import AsyncConnection, sql
 
-from epistream.db import CONNECTION_EMBEDDER, CONNECTION_SIMILAR_CUTOFF
+from epistream.storage.db import CONNECTION_EMBEDDER, CONNECTION_SIMILAR_CUTOFF
 
 from ..retrieval import (
     GIST_COLUMNS,

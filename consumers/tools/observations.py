@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from epistream.contracts import Evidence
+from epistream.contracts.replies import Evidence
 
 from .results import Cited, EntityContexts, GistContexts, GistHit, SegmentRead, TurnHit, cited
 from .schemas import OutputAnswerArgs

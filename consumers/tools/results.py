@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
-from epistream.contracts import Evidence
+from epistream.contracts.replies import Evidence
 
 Cited = dict[str, Evidence]  # citable id (gist_id, fact_id, turn_id) -> evidence, in the order shown
 

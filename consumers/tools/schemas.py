@@ -14,14 +14,15 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from epistream.dates import ResolvedDate, resolve
-from epistream.names import normalize_name, normalize_predicate
+from epistream.core.dates import ResolvedDate, resolve
+from epistream.core.names import normalize_name, normalize_predicate
+from epistream.errors import PermanentError
 
 from ..timefilter import DateRange
 from .limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW, Aggregate, Operator, Order, Target
 
 
-class ToolArgumentError(ValueError):
+class ToolArgumentError(PermanentError, ValueError):
     """A model proposed a tool that does not exist, or arguments that do not validate."""
 
     def __init__(self, tool: str, message: str) -> None:

@@ -11,8 +11,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from epistream.db import admin_database_url, apply_migrations
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
+from epistream.storage.db import admin_database_url, apply_migrations
 
 
 def own_database(settings: Settings, name: str) -> str:

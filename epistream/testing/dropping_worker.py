@@ -17,10 +17,10 @@ from typing import cast
 
 import faust
 
-from epistream.kafka_io import faust_broker_options, faust_datadir, report_lag
-from epistream.metrics import Metrics
+from epistream.core.metrics import Metrics
+from epistream.messaging.kafka_io import faust_broker_options, faust_datadir, report_lag
 from epistream.pipeline.redelivery import StallGuard, seek_back_if_stalled
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 
 log = logging.getLogger("dropping_worker")
 

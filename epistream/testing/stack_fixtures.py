@@ -30,12 +30,12 @@ import psycopg
 import pytest
 from aiokafka import TopicPartition
 
-from epistream.db import admin_database_url, create_pool, on_database
 from epistream.infra import services, supervisor
 from epistream.infra.process import pid_alive
-from epistream.kafka_io import create_consumer, partitions_of
-from epistream.readiness import stored_turns, wait_until
-from epistream.settings import Settings
+from epistream.messaging.kafka_io import create_consumer, partitions_of
+from epistream.ops.readiness import stored_turns, wait_until
+from epistream.settings.processes import Settings
+from epistream.storage.db import admin_database_url, create_pool, on_database
 from epistream.testing.databases import drop_database, own_database
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
@@ -184,7 +184,7 @@ def unique() -> Callable[[str], str]:
 
 
 def wait_for(check: Callable[[], object], *, timeout: float = 60.0, interval: float = 0.25, what: str = "condition"):
-    """The product's wait (epistream.readiness), under the tests' argument names."""
+    """The product's wait (epistream.ops.readiness), under the tests' argument names."""
     return wait_until(check, timeout_s=timeout, interval_s=interval, what=what)
 
 

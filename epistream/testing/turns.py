@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from epistream.contracts import Turn
+from epistream.contracts.turns import Turn
 
 T0 = datetime(2024, 5, 6, 9, 0, tzinfo=timezone(timedelta(hours=2)))
 

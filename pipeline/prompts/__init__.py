@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from epistream.prompts import register
+from epistream.models.prompts import register
 
 # Bounds keep a small model's grammar-constrained output within the completion
 # budget (EPISTREAM_EXTRACTOR_MAX_TOKENS): a reply cut short is invalid JSON.

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 from psycopg import AsyncConnection
 
-from epistream.contracts import Segment
+from epistream.contracts.segments import Segment
 
 from . import graph
 

@@ -9,8 +9,8 @@ from datetime import datetime, timedelta
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from epistream.contracts import Turn
-from epistream.memory_events import MemoryEvent, new_event
+from epistream.contracts.events import MemoryEvent, new_event
+from epistream.contracts.turns import Turn
 
 from ..records import RawRecord
 

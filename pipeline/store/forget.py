@@ -11,8 +11,8 @@ from datetime import datetime
 
 from psycopg import AsyncConnection
 
-from epistream.db import tenant_scope
-from epistream.memory_events import MemoryEvent, new_event
+from epistream.contracts.events import MemoryEvent, new_event
+from epistream.storage.db import tenant_scope
 
 from . import entity_names, events, graph
 from .tombstones import WHOLE_TENANT, exclude_writers

@@ -12,7 +12,7 @@ from typing import Any, LiteralString
 
 from psycopg import AsyncConnection
 
-from epistream.db import GRAPH_NAME
+from epistream.storage.db import GRAPH_NAME
 
 
 def _statement(cypher: LiteralString, returns: LiteralString = "r agtype") -> LiteralString:

@@ -11,12 +11,12 @@ from typing import Literal
 import numpy as np
 from psycopg import AsyncConnection, sql
 
-from epistream.contracts import Segment
-from epistream.db import CONNECTION_EMBEDDER, tenant_scope
-from epistream.llm import storable
-from epistream.memory_events import MemoryEvent, new_event
-from epistream.names import entity_id, normalize_name
-from epistream.settings import Settings
+from epistream.contracts.events import MemoryEvent, new_event
+from epistream.contracts.segments import Segment
+from epistream.core.names import entity_id, normalize_name
+from epistream.models.llm import storable
+from epistream.settings.processes import Settings
+from epistream.storage.db import CONNECTION_EMBEDDER, tenant_scope
 
 from ..enrichment import Enrichment
 from . import entity_names, events, graph

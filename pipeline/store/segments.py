@@ -13,9 +13,10 @@ from datetime import datetime, timedelta
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from epistream.contracts import Segment, SegmentTurn, Turn
-from epistream.prompts import estimate_tokens
-from epistream.settings import Settings
+from epistream.contracts.segments import Segment, SegmentTurn
+from epistream.contracts.turns import Turn
+from epistream.models.prompts import estimate_tokens
+from epistream.settings.processes import Settings
 
 from ..segmenter import ClosedSegment, OpenTurn, SegmenterConfig, SegmenterState, Step, close, feed
 from .turns import local_time

@@ -9,8 +9,8 @@ import numpy as np
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from epistream.contracts import Turn
-from epistream.embeddings import TURN_EMBEDDING_VERSION
+from epistream.contracts.turns import Turn
+from epistream.models.embeddings import TURN_EMBEDDING_VERSION
 
 from ..records import RawRecord
 

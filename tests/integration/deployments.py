@@ -15,12 +15,12 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from epistream.db import admin_database_url, database_url, on_database
 from epistream.infra.process import ManagedProcess, wait_until
 from epistream.infra.stack import worker_argv
-from epistream.readiness import port_open
-from epistream.settings import Settings
-from epistream.topics import ensure_topics
+from epistream.messaging.topics import ensure_topics
+from epistream.ops.readiness import port_open
+from epistream.settings.processes import Settings
+from epistream.storage.db import admin_database_url, database_url, on_database
 
 from .conftest import count_turns, drop_database, own_database
 
@@ -53,7 +53,7 @@ class Deployment:
         return process
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-P", "-m", "epistream.shell.cli", *args], env=self.env,
+        return subprocess.run([sys.executable, "-P", "-m", "epistream.apps.cli.main", *args], env=self.env,
                               capture_output=True, text=True, timeout=120, check=False)
 
     def turns(self, tenant: str, conversation: str) -> int:

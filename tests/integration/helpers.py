@@ -7,11 +7,11 @@ from datetime import timedelta
 
 import numpy as np
 
-from epistream.client import produce_raw
-from epistream.contracts import Turn
-from epistream.embeddings import Embedder
+from epistream.client.api import produce_raw
+from epistream.contracts.turns import Turn
+from epistream.models.embeddings import Embedder
 from epistream.pipeline.segmenter import SegmenterConfig
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 from epistream.testing.turns import T0, make_turns  # noqa: F401 (the integration tests take them from here)
 
 

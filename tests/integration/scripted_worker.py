@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from epistream.infra.process import ManagedProcess
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 from epistream.testing.scripted_llm import Reply, ScriptedLLM
 
 from .deployments import Deployment, deployments

@@ -6,15 +6,15 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta, timezone
 
-from epistream.contracts import Segment, SegmentTurn
-from epistream.db import create_pool, tenant_scope
-from epistream.embeddings import Embedder
-from epistream.llm import ModelClient, create_client
-from epistream.metrics import Metrics
+from epistream.contracts.segments import Segment, SegmentTurn
+from epistream.core.metrics import Metrics
+from epistream.models.embeddings import Embedder
+from epistream.models.llm import ModelClient, create_client
 from epistream.pipeline.enrich import EnrichDeps, enrich_segment
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.segmenter import SegmenterConfig
+from epistream.storage.db import create_pool, tenant_scope
 from epistream.testing.scripted_llm import ScriptedLLM
 
 from .helpers import make_turns

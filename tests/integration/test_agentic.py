@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from epistream.contracts import Mode, Question
+from epistream.contracts.questions import Mode, Question
 from epistream.testing.scripted_llm import ScriptedLLM
 
 from .seed import seed_memory

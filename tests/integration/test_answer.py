@@ -9,11 +9,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from epistream.client import ask
+from epistream.client.api import ask
 from epistream.consumers.retrieval import FUSED_TURNS, search_turns
-from epistream.contracts import Answer, DeadLetter, Mode, Question
-from epistream.db import create_pool, tenant_scope
-from epistream.embeddings import Embedder
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.replies import Answer
+from epistream.models.embeddings import Embedder
+from epistream.storage.db import create_pool, tenant_scope
 
 from .conftest import count_turns, read_topic, wait_for
 from .helpers import make_turns, produce_bytes, produce_turns

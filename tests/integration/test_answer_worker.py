@@ -21,15 +21,17 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from epistream.client import produce_raw
-from epistream.contracts import Answer, DeadLetter, Mode, Question
-from epistream.db import APP_ROLE, admin_database_url, database_url, on_database
+from epistream.client.api import produce_raw
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.replies import Answer
 from epistream.infra.process import ManagedProcess, pid_alive, wait_until
-from epistream.kafka_io import create_consumer
-from epistream.readiness import port_open
-from epistream.settings import Settings
+from epistream.messaging.kafka_io import create_consumer
+from epistream.messaging.topics import ensure_topics
+from epistream.ops.readiness import port_open
+from epistream.settings.processes import Settings
+from epistream.storage.db import APP_ROLE, admin_database_url, database_url, on_database
 from epistream.testing.scripted_llm import ScriptedLLM
-from epistream.topics import ensure_topics
 
 from .conftest import drop_database, own_database, read_topic
 
@@ -71,7 +73,7 @@ class AnswerEnv:
     def spawn(self, n: int) -> ManagedProcess:
         port = BASE_PORT + n
         process = ManagedProcess(f"worker-answer-scripted-{self.suffix}-{n}", self.settings.state_dir)
-        process.spawn([sys.executable, "-P", "-m", "epistream.shell.cli", "worker", "answer"],
+        process.spawn([sys.executable, "-P", "-m", "epistream.apps.cli.main", "worker", "answer"],
                       env=self.env | {"EPISTREAM_ANSWER_METRICS_PORT": str(port)})
         wait_until(lambda: port_open("127.0.0.1", port), timeout=90, what="scripted answer worker",
                    log_file=process.log_file)

@@ -19,15 +19,16 @@ from epistream.consumers.modes.fast import answer_fast
 from epistream.consumers.packing import render
 from epistream.consumers.retrieval import Recipes
 from epistream.consumers.retrieval.speakers import named_speakers
-from epistream.contracts import MemoryContext, Mode, Question, TimeRange
-from epistream.db import create_pool, tenant_scope
-from epistream.embeddings import Embedder
-from epistream.llm import ModelClient, create_client
-from epistream.metrics import Metrics
+from epistream.contracts.questions import Mode, Question, TimeRange
+from epistream.contracts.replies import MemoryContext
+from epistream.core.metrics import Metrics
+from epistream.models.embeddings import Embedder
+from epistream.models.llm import ModelClient, create_client
+from epistream.models.prompts import estimate_tokens
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.segmenter import SegmenterConfig
-from epistream.prompts import estimate_tokens
+from epistream.storage.db import create_pool, tenant_scope
 from epistream.testing.scripted_llm import ScriptedLLM
 
 from .helpers import make_turns

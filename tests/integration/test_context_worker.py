@@ -14,10 +14,11 @@ from datetime import datetime
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from epistream.client import context
-from epistream.contracts import DeadLetter, MemoryContext
-from epistream.metrics import read_samples, sample_sum
-from epistream.prompts import estimate_tokens
+from epistream.client.api import context
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.contracts.replies import MemoryContext
+from epistream.core.metrics import read_samples, sample_sum
+from epistream.models.prompts import estimate_tokens
 
 from .conftest import count_turns, read_topic, wait_for
 from .scripted_worker import PORT_OFFSET, no_model_call, scripted_worker

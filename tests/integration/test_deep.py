@@ -19,14 +19,15 @@ from epistream.consumers.deps import AnswerDeps
 from epistream.consumers.retrieval import SegmentRecipe, from_settings
 from epistream.consumers.router import route
 from epistream.consumers.timefilter import DateRange
-from epistream.contracts import Mode, Question, Turn
-from epistream.db import create_pool, tenant_scope
-from epistream.embeddings import Embedder
-from epistream.llm import ModelClient, create_client
-from epistream.metrics import Metrics
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.turns import Turn
+from epistream.core.metrics import Metrics
+from epistream.models.embeddings import Embedder
+from epistream.models.llm import ModelClient, create_client
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.segmenter import SegmenterConfig
+from epistream.storage.db import create_pool, tenant_scope
 from epistream.testing.scripted_llm import ScriptedLLM
 
 pytestmark = pytest.mark.integration

@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from epistream.client import context, produce_raw
-from epistream.settings import Settings
-from epistream.shell.demo import DEMO_BUDGET_TOKENS, asked_at_for, sample_questions, sample_turns
+from epistream.apps.cli.demo import DEMO_BUDGET_TOKENS, asked_at_for, sample_questions, sample_turns
+from epistream.client.api import context, produce_raw
+from epistream.settings.processes import Settings
 
 from .conftest import count_turns, wait_for
 from .scripted_worker import no_model_call, scripted_worker

@@ -22,10 +22,10 @@ from pydantic import SecretStr
 
 from epistream.infra.kafka_broker import kafka_jars
 from epistream.infra.process import wait_until
-from epistream.kafka_io import create_producer
-from epistream.readiness import port_open
-from epistream.settings import Settings
-from epistream.topics import ensure_topics
+from epistream.messaging.kafka_io import create_producer
+from epistream.messaging.topics import ensure_topics
+from epistream.ops.readiness import port_open
+from epistream.settings.processes import Settings
 
 from .conftest import ROOT
 
@@ -72,7 +72,7 @@ def deployed_broker(kafka: Settings, tmp_path_factory: pytest.TempPathFactory) -
         "kafka_security_protocol": "SASL_SSL", "kafka_username": "epistream", "kafka_password": PASSWORD,
         "kafka_controller_port": controller}.items()}
     written = subprocess.run(
-        [sys.executable, "-P", "-m", "epistream.shell.cli", "kafka-config", str(config_dir), "--advertise",
+        [sys.executable, "-P", "-m", "epistream.apps.cli.main", "kafka-config", str(config_dir), "--advertise",
          f"localhost:{port}", "--log-dirs", str(data)], env=env, capture_output=True, text=True, check=False)
     assert written.returncode == 0, written.stderr
     _launch_scripts(bin_dir, kafka_jars(kafka))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 
 from .conftest import count_turns, wait_for
 from .scripted_worker import no_model_call, scripted_worker

@@ -16,11 +16,12 @@ from datetime import datetime
 import psycopg
 import pytest
 
-from epistream.contracts import Segment, SegmentTurn
-from epistream.db import tenant_scope
-from epistream.embeddings import Embedder
-from epistream.llm import ModelClient, create_client
-from epistream.metrics import Metrics
+from epistream.contracts.segments import Segment, SegmentTurn
+from epistream.core.metrics import Metrics
+from epistream.core.retry import Backoff
+from epistream.models.embeddings import Embedder
+from epistream.models.llm import ModelClient, create_client
+from epistream.models.prompts import estimate_tokens
 from epistream.pipeline import enrich
 from epistream.pipeline.breaker import CircuitBreaker
 from epistream.pipeline.enrich import EnrichDeps, enrich_segment, retry_waiting
@@ -28,8 +29,7 @@ from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.segmenter import SegmenterConfig
 from epistream.pipeline.store import memory
-from epistream.prompts import estimate_tokens
-from epistream.retry import Backoff
+from epistream.storage.db import tenant_scope
 from epistream.testing.scripted_llm import ScriptedLLM
 
 from .helpers import make_turns
@@ -304,7 +304,7 @@ async def test_a_correction_committed_while_the_model_reads_leaves_the_segment_t
 
 
 async def _correct_with_own_pool(settings, embedder, turn, text: str) -> None:
-    from epistream.db import create_pool
+    from epistream.storage.db import create_pool
 
     own = create_pool(settings)
     await own.open(wait=True)

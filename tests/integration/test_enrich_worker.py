@@ -15,7 +15,8 @@ import os
 import psycopg
 import pytest
 
-from epistream.contracts import DeadLetter, Segment
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.contracts.segments import Segment
 from epistream.testing.scripted_llm import ScriptedLLM
 
 from .conftest import read_topic, wait_for

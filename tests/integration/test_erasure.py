@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from epistream.db import admin_database_url
-from epistream.kafka_io import create_librdkafka_admin
-from epistream.metrics import read_samples, sample_sum
-from epistream.settings import Settings
-from epistream.topics import drifted_configs, ensure_topics, set_topic_configs, topic_configs, topic_specs
+from epistream.core.metrics import read_samples, sample_sum
+from epistream.messaging.kafka_io import create_librdkafka_admin
+from epistream.messaging.topics import drifted_configs, ensure_topics, set_topic_configs, topic_configs, topic_specs
+from epistream.settings.processes import Settings
+from epistream.storage.db import admin_database_url
 
 from .conftest import wait_for
 from .deployments import BASE_PORT, TOPICS, Deployment, deployments

@@ -11,10 +11,10 @@ import json
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from epistream.metrics import Metrics
+from epistream.core.metrics import Metrics
+from epistream.messaging.topics import create_topic
 from epistream.pipeline.event_relay import EventRelay
 from epistream.pipeline.store.forget import forget
-from epistream.topics import create_topic
 
 pytestmark = pytest.mark.integration
 

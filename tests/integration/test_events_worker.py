@@ -18,11 +18,11 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from pydantic import SecretStr
 
-from epistream.claims import tenant_key
-from epistream.client import produce_raw
-from epistream.contracts import Turn
-from epistream.memory_events import tenant_events_topic
-from epistream.settings import Settings
+from epistream.client.api import produce_raw
+from epistream.contracts.turns import Turn
+from epistream.core.claims import tenant_key
+from epistream.messaging.tenant_topics import tenant_events_topic
+from epistream.settings.processes import Settings
 from epistream.testing.scripted_llm import ScriptedLLM
 
 from .conftest import wait_for

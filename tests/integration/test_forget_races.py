@@ -20,9 +20,8 @@ import numpy as np
 import psycopg
 import pytest
 
-from epistream.contracts import Segment, SegmentTurn
-from epistream.db import create_pool, tenant_scope
-from epistream.metrics import Metrics
+from epistream.contracts.segments import Segment, SegmentTurn
+from epistream.core.metrics import Metrics
 from epistream.pipeline import ingest
 from epistream.pipeline.enrichment import Enrichment, FactRow, GistRow
 from epistream.pipeline.ingest import ingest_batch
@@ -30,6 +29,7 @@ from epistream.pipeline.records import RawRecord
 from epistream.pipeline.segmenter import SegmenterConfig
 from epistream.pipeline.store import graph, memory
 from epistream.pipeline.store.forget import forget
+from epistream.storage.db import create_pool, tenant_scope
 
 from .helpers import make_turns
 

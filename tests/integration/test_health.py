@@ -10,9 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from epistream.health import Health, probe_all, probe_model
 from epistream.infra import services
-from epistream.llm import endpoint_name
+from epistream.models.llm import endpoint_name
+from epistream.ops.health import Health, probe_all, probe_model
 
 
 @pytest.mark.integration

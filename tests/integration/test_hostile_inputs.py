@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from aiokafka.errors import MessageSizeTooLargeError
 
-from epistream.contracts import DeadLetter
-from epistream.kafka_io import consumer_lag
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.messaging.kafka_io import consumer_lag
 from epistream.testing.hostile import PRODUCER_REJECTS, cases, expected_rows
 
 from .conftest import read_topic, wait_for

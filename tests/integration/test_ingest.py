@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from epistream.consumers.retrieval import FUSED_TURNS, search_turns
-from epistream.contracts import DeadLetter
-from epistream.embeddings import Embedder
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.models.embeddings import Embedder
 
 from .conftest import count_turns, read_topic, wait_for
 from .helpers import make_turns, produce_bytes, produce_turns
@@ -36,7 +36,7 @@ def test_turn_is_stored_and_found_lexically_and_densely(stack, db_url, unique):
     embedder = Embedder.from_settings(stack)
 
     async def search(query: str, *pathways: str):
-        from epistream.db import create_pool, tenant_scope
+        from epistream.storage.db import create_pool, tenant_scope
 
         pool = create_pool(stack)
         await pool.open(wait=True)

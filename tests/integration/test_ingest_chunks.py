@@ -14,13 +14,13 @@ import numpy as np
 import psycopg
 import pytest
 
-from epistream.contracts import SegmentCloseRequest, Turn
-from epistream.db import create_pool
-from epistream.embeddings import Embedder
-from epistream.metrics import Metrics
+from epistream.contracts.turns import SegmentCloseRequest, Turn
+from epistream.core.metrics import Metrics
+from epistream.models.embeddings import Embedder
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.store.tombstones import LOCK_EXCLUSIVE, LOCK_SHARED, WHOLE_TENANT
+from epistream.storage.db import create_pool
 
 from .helpers import LONG_SEGMENTS as CONFIG
 from .helpers import POISON, T0, PickyEmbedder

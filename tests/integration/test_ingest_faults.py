@@ -13,10 +13,10 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from epistream.contracts import SegmentCloseRequest, Turn
-from epistream.embeddings import Embedder
+from epistream.contracts.turns import SegmentCloseRequest, Turn
+from epistream.core.metrics import Metrics
 from epistream.errors import ContractError
-from epistream.metrics import Metrics
+from epistream.models.embeddings import Embedder
 from epistream.pipeline import outbox
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
@@ -44,7 +44,7 @@ def records(values: list[bytes], key: bytes = b"k", first_offset: int = 0) -> li
 
 
 def ingest(postgres, batches: list[list[RawRecord]], embedder, segmenter: SegmenterConfig | None = CONFIG):  # type: ignore[no-untyped-def]
-    from epistream.db import create_pool
+    from epistream.storage.db import create_pool
 
     async def go():  # type: ignore[no-untyped-def]
         pool = create_pool(postgres)
@@ -149,7 +149,7 @@ def test_a_corrected_turn_rebuilds_its_closed_segment_and_sends_it_to_be_enriche
 
 
 def test_the_outbox_marks_published_only_what_kafka_acknowledged(postgres, db_url, unique, embedder):
-    from epistream.db import create_pool
+    from epistream.storage.db import create_pool
 
     tenant, conversation = unique("tenant"), unique("conv")
     (closing,) = ingest(postgres, [records([turn(tenant, conversation, 1).to_bytes(),
@@ -177,7 +177,7 @@ def test_the_outbox_marks_published_only_what_kafka_acknowledged(postgres, db_ur
 
 
 def test_pooled_connections_killed_by_the_server_are_replaced_not_handed_out(postgres, db_url):
-    from epistream.db import create_pool
+    from epistream.storage.db import create_pool
 
     async def go() -> int:
         pool = create_pool(postgres.with_overrides(db_pool_min=2, db_pool_max=2))
@@ -201,7 +201,7 @@ def test_an_error_no_record_can_cause_holds_the_batch_until_it_clears_instead_of
     and is stored once the grant is back, with nothing dead-lettered."""
     from psycopg import sql
 
-    from epistream.db import APP_ROLE, create_pool
+    from epistream.storage.db import APP_ROLE, create_pool
 
     tenant, conversation = unique("tenant"), unique("conv")
     grant = sql.Identifier(APP_ROLE)

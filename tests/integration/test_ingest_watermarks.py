@@ -1,4 +1,4 @@
-"""The ingest watermark of read-your-own-writes (sql/019, epistream/watermarks.py) on PostgreSQL: the
+"""The ingest watermark of read-your-own-writes (sql/019, epistream/storage/watermarks.py) on PostgreSQL: the
 ingest batch raises it in the transaction that stores the turns, through the unusable records it
 dead-letters too; a replay or a previous owner's late batch never lowers it; a failed transaction
 leaves it where it was; the workers' login reads it with one lookup, the readers' login cannot; a mark
@@ -15,15 +15,16 @@ import psycopg
 import pytest
 from kafka import KafkaProducer
 
-from epistream.contracts import Position, Turn
-from epistream.db import create_pool, database_url, reader_url
-from epistream.embeddings import Embedder
-from epistream.kafka_io import partition_lag
-from epistream.metrics import Metrics
+from epistream.contracts.positions import Position
+from epistream.contracts.turns import Turn
+from epistream.core.metrics import Metrics
+from epistream.messaging.kafka_io import partition_lag
+from epistream.messaging.topics import create_topic
+from epistream.models.embeddings import Embedder
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
-from epistream.topics import create_topic
-from epistream.watermarks import advance, forget_beyond_the_log, stored_through, unmet
+from epistream.storage.db import create_pool, database_url, reader_url
+from epistream.storage.watermarks import advance, forget_beyond_the_log, stored_through, unmet
 
 from .helpers import LONG_SEGMENTS, T0
 

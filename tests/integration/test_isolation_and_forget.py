@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from epistream.client import ask
-from epistream.contracts import Mode, Question
-from epistream.db import create_pool, tenant_scope
+from epistream.client.api import ask
+from epistream.contracts.questions import Mode, Question
 from epistream.pipeline.store.forget import forget
 from epistream.pipeline.store.graph import _statement
+from epistream.storage.db import create_pool, tenant_scope
 
 from .conftest import count_turns, wait_for
 from .helpers import make_turns, produce_turns
@@ -153,7 +153,7 @@ def test_forgetting_a_conversation_leaves_nothing_and_a_replay_does_not_restore_
 
 
 async def _produce_keyed(settings, key: str, turn) -> None:
-    from epistream.client import produce_raw
+    from epistream.client.api import produce_raw
 
     await produce_raw(settings, [(key.encode(), turn.to_bytes())])
 

@@ -3,7 +3,7 @@ a CA of its own, an authorizer that refuses what no ACL allows) and real ingest 
 logged in as its super user. Each tenant's backend gets its login from `epistream tenant add`, then:
 
 * it writes its own turns and asks its own questions, and hears back on its own reply topic;
-* it reads its own memory events (epistream.client.events) and no other tenant's, nor the shared topic's;
+* it reads its own memory events (epistream.client.api.events) and no other tenant's, nor the shared topic's;
 * a turn it signs as another tenant is dead-lettered with the reason;
 * it reads nothing of another tenant's replies, the shared topics or the dead letters, and produces
   nowhere but memory.turns and memory.questions (the broker refuses; the operator sees those records);
@@ -22,15 +22,15 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import SecretStr
 
-from epistream.client import context, events, produce_raw
-from epistream.contracts import DeadLetter
+from epistream.client.api import context, events, produce_raw
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.contracts.events import MemoryEvent
 from epistream.infra import services
-from epistream.kafka_io import create_producer, librdkafka_options, partitions_of
-from epistream.memory_events import MemoryEvent
-from epistream.settings import Settings
-from epistream.tenants import credentials
+from epistream.messaging.kafka_io import create_producer, librdkafka_options, partitions_of
+from epistream.ops.tenants import credentials
+from epistream.ops.tls import CA_FILE, embedded_tls_dir
+from epistream.settings.processes import Settings
 from epistream.testing.scripted_llm import ScriptedLLM
-from epistream.tls import CA_FILE, embedded_tls_dir
 
 from .conftest import read_topic, wait_for
 from .deployments import BASE_PORT, Deployment, as_env, deployments

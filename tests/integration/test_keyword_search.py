@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 
 from epistream.consumers.retrieval import FUSED_TURNS, search_turns
-from epistream.db import tenant_scope
-from epistream.embeddings import Embedder
-from epistream.metrics import Metrics
+from epistream.core.metrics import Metrics
+from epistream.models.embeddings import Embedder
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
+from epistream.storage.db import tenant_scope
 
 from .helpers import make_turns
 

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from epistream.db import (
+from epistream.errors import ServiceError
+from epistream.storage.db import (
     APP_ROLE,
     READER_ROLE,
     WORKER_ROLE,
@@ -22,7 +23,6 @@ from epistream.db import (
     open_pool,
     tenant_scope,
 )
-from epistream.errors import ServiceError
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +121,7 @@ async def test_a_pool_refuses_a_login_that_bypasses_row_level_security(postgres)
 def _sql(postgres, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ) | {"EPISTREAM_DATABASE_URL": database_url(postgres),
                               "EPISTREAM_DATABASE_ADMIN_URL": admin_database_url(postgres)}
-    return subprocess.run([sys.executable, "-c", "from epistream.shell.cli import main; raise SystemExit(main())",
+    return subprocess.run([sys.executable, "-c", "from epistream.apps.cli.main import main; raise SystemExit(main())",
                            "sql", *args], env=env, capture_output=True, text=True, timeout=60, check=False)
 
 

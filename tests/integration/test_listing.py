@@ -14,10 +14,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from epistream.consumers.listing import ListingRefused, check_listing, read_listing
 from epistream.consumers.retrieval import Recipes
-from epistream.contracts import MemoryContext, Mode, Question
-from epistream.db import create_pool
-from epistream.embeddings import Embedder
-from epistream.metrics import Metrics
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.replies import MemoryContext
+from epistream.core.metrics import Metrics
+from epistream.models.embeddings import Embedder
+from epistream.storage.db import create_pool
 
 from .seed import KNOWN_OUTPUT, seed_memory
 

@@ -22,9 +22,9 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.types import CallToolResult
 from pydantic import SecretStr
 
-from epistream.claims import tenant_key
-from epistream.contracts import DeadLetter
-from epistream.mcp_server import cursor as events_cursor
+from epistream.apps.mcp import cursor as events_cursor
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.core.claims import tenant_key
 from epistream.testing.scripted_llm import ScriptedLLM
 
 from .conftest import ROOT, read_topic
@@ -38,7 +38,7 @@ CALL_TIMEOUT_S = 360.0
 
 
 def _server_command(tenant: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "epistream.shell.cli", "mcp", "--tenant", tenant, *extra]
+    return [sys.executable, "-m", "epistream.apps.cli.main", "mcp", "--tenant", tenant, *extra]
 
 
 def _stdio(tenant: str, env: dict[str, str] | None = None) -> Client:

@@ -8,9 +8,9 @@ import uuid
 import pytest
 from prometheus_client.samples import Sample
 
-from epistream.client import ask
-from epistream.contracts import Mode, Question
-from epistream.metrics import read_samples, sample_sum
+from epistream.client.api import ask
+from epistream.contracts.questions import Mode, Question
+from epistream.core.metrics import read_samples, sample_sum
 
 from .conftest import count_turns, wait_for
 from .helpers import make_turns, produce_bytes, produce_turns

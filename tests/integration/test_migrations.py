@@ -9,7 +9,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from epistream.db import GRAPH_NAME, admin_database_url, apply_migrations, migration_files
+from epistream.storage.db import GRAPH_NAME, admin_database_url, apply_migrations, migration_files
 
 pytestmark = pytest.mark.integration
 

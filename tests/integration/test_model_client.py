@@ -8,10 +8,10 @@ import json
 import pytest
 from pydantic import BaseModel
 
+from epistream.core.metrics import Metrics
 from epistream.errors import ModelOutputError, ModelUnavailable
-from epistream.llm import ModelClient, create_client
-from epistream.metrics import Metrics
-from epistream.settings import JsonMode
+from epistream.models.llm import ModelClient, create_client
+from epistream.settings.models import JsonMode
 from epistream.testing.scripted_llm import ScriptedLLM
 
 

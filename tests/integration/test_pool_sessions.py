@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from epistream.db import tenant_scope
+from epistream.storage.db import tenant_scope
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from epistream.core.metrics import read_samples, sample_sum
 from epistream.infra import prometheus_server
-from epistream.metrics import read_samples, sample_sum
 
 from .conftest import count_turns, wait_for
 from .helpers import make_turns, produce_turns

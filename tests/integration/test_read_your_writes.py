@@ -18,11 +18,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from epistream.client import context, produce_turns
-from epistream.contracts import MemoryContext, Position, Turn
+from epistream.client.api import context, produce_turns
+from epistream.contracts.positions import Position
+from epistream.contracts.replies import MemoryContext
+from epistream.contracts.turns import Turn
+from epistream.core.metrics import read_samples, sample_sum
 from epistream.infra.process import ManagedProcess
 from epistream.infra.stack import worker_argv
-from epistream.metrics import read_samples, sample_sum
 
 from .conftest import wait_for
 from .scripted_worker import PORT_OFFSET, Scripted, no_model_call, scripted_worker

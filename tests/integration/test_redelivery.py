@@ -14,9 +14,9 @@ import uuid
 import pytest
 from kafka import KafkaProducer
 
-from epistream.kafka_io import partition_lag
+from epistream.messaging.kafka_io import partition_lag
+from epistream.messaging.topics import create_topic
 from epistream.pipeline.redelivery import EXIT_STALLED
-from epistream.topics import create_topic
 
 pytestmark = pytest.mark.integration
 

@@ -15,13 +15,13 @@ from psycopg import sql
 from epistream.consumers.retrieval.fragments import nearest
 from epistream.consumers.retrieval.recipes import TurnRecipe
 from epistream.consumers.retrieval.turns import search_turns
-from epistream.contracts import Turn
-from epistream.db import admin_database_url, create_pool, tenant_scope
-from epistream.embeddings import TURN_EMBEDDING_VERSION, Embedder, turn_embedding_text
-from epistream.metrics import Metrics
+from epistream.contracts.turns import Turn
+from epistream.core.metrics import Metrics
+from epistream.models.embeddings import TURN_EMBEDDING_VERSION, Embedder, turn_embedding_text
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.reembed import pending, reembed_round
+from epistream.storage.db import admin_database_url, create_pool, tenant_scope
 
 from .helpers import T0
 

@@ -10,9 +10,10 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from epistream.contracts import Segment, Turn
-from epistream.embeddings import Embedder
-from epistream.metrics import Metrics
+from epistream.contracts.segments import Segment
+from epistream.contracts.turns import Turn
+from epistream.core.metrics import Metrics
+from epistream.models.embeddings import Embedder
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.segmenter import SegmenterConfig
@@ -43,7 +44,7 @@ def _records(turns: list[Turn]) -> list[RawRecord]:
 
 
 def _ingest(postgres, turns: list[Turn], config: SegmenterConfig, batch: int = 5):
-    from epistream.db import create_pool
+    from epistream.storage.db import create_pool
 
     embedder = Embedder.from_settings(postgres)
 

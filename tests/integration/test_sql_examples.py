@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from epistream.db import reader_url
 from epistream.infra.postgres_server import psql_binary
+from epistream.storage.db import reader_url
 
 from .seed import seed_memory
 

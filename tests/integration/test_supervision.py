@@ -17,8 +17,9 @@ from datetime import UTC, datetime
 import pytest
 from aiokafka.errors import KafkaError
 
-from epistream.client import ask, produce_raw
-from epistream.contracts import Answer, Mode, Question
+from epistream.client.api import ask, produce_raw
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.replies import Answer
 from epistream.infra import services
 
 from .conftest import count_turns, wait_for

@@ -1,4 +1,4 @@
-"""A tenant claim is checked against who sent it (epistream.claims): with a tenant-key secret set, a
+"""A tenant claim is checked against who sent it (epistream.core.claims): with a tenant-key secret set, a
 backend holding tenant A's key gets A's turns stored and A's questions answered, while a turn or a
 question it signs as tenant B, or one nobody signed, is dead-lettered with the reason and nothing
 of it is stored or answered. Real ingest and answer workers, on their own topics and database."""
@@ -13,10 +13,12 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import SecretStr
 
-from epistream.claims import tenant_key
-from epistream.client import produce_raw
-from epistream.contracts import DeadLetter, MemoryContext, Mode, Question
-from epistream.replies import tenant_reply_topic
+from epistream.client.api import produce_raw
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.replies import MemoryContext
+from epistream.core.claims import tenant_key
+from epistream.messaging.tenant_topics import tenant_reply_topic
 from epistream.testing.scripted_llm import ScriptedLLM
 
 from .conftest import read_topic, wait_for

@@ -20,9 +20,9 @@ from epistream.consumers.tools import (
     read_segment,
     semantic_retrieve,
 )
-from epistream.db import create_pool, tenant_scope
-from epistream.embeddings import Embedder
-from epistream.names import normalize_name
+from epistream.core.names import normalize_name
+from epistream.models.embeddings import Embedder
+from epistream.storage.db import create_pool, tenant_scope
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,9 @@ import psycopg
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from epistream.client import ask, produce_raw
-from epistream.contracts import Mode, Question, Turn
+from epistream.client.api import ask, produce_raw
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.turns import Turn
 from epistream.infra.process import ManagedProcess
 from epistream.testing.otlp import OtlpReceiver, ReceivedSpan
 from epistream.testing.scripted_llm import ScriptedLLM

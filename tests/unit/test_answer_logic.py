@@ -6,9 +6,10 @@ from epistream.consumers.modes.fast import build_messages, evidence_from
 from epistream.consumers.packing import pack, rank, render, turn_candidate
 from epistream.consumers.prompts import MasterAnswer, load_prompt
 from epistream.consumers.retrieval import RetrievedTurn
-from epistream.contracts import MemoryContext, Question
-from epistream.llm import response_format
-from epistream.settings import JsonMode
+from epistream.contracts.questions import Question
+from epistream.contracts.replies import MemoryContext
+from epistream.models.llm import response_format
+from epistream.settings.models import JsonMode
 
 
 def _turn(i: int, text: str) -> RetrievedTurn:

@@ -10,12 +10,14 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 
-from epistream.claims import ClaimCheck
 from epistream.consumers import worker
-from epistream.contracts import Answer, DeadLetter, Mode, Question
-from epistream.kafka_io import TopicDirectory
-from epistream.metrics import Metrics
-from epistream.settings import Settings
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.replies import Answer
+from epistream.core.claims import ClaimCheck
+from epistream.core.metrics import Metrics
+from epistream.messaging.kafka_io import TopicDirectory
+from epistream.settings.processes import Settings
 
 SETTINGS = Settings()
 
@@ -109,7 +111,7 @@ def test_an_answer_over_the_message_limit_is_sent_with_the_evidence_that_fits(mo
     """An answer Kafka would refuse fails its send on every retry: the worker sends what fits instead."""
     from datetime import UTC, datetime
 
-    from epistream.contracts import Evidence
+    from epistream.contracts.replies import Evidence
 
     async def verbose(question, deps):
         quote = "q" * 300_000

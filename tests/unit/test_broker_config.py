@@ -10,7 +10,7 @@ import pytest
 
 from epistream.errors import ServiceError
 from epistream.infra.kafka_broker import write_broker_config
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 
 LOGIN = {"kafka_username": "epistream", "kafka_password": "workers-pw", "kafka_controller_port": 9093}
 

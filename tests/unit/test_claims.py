@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from epistream.claims import HEADER, ClaimCheck, ClaimRejected, header_pairs, signed_headers, tenant_key
+from epistream.core.claims import HEADER, ClaimCheck, ClaimRejected, header_pairs, signed_headers, tenant_key
 
 SECRET = b"s" * 32
 VALUE = b'{"tenant": "acme", "text": "hello"}'
@@ -49,8 +49,8 @@ def test_headers_read_the_same_from_pairs_and_from_a_mapping():
 
 
 def test_a_tenants_reply_topic_is_its_name_when_kafka_takes_it_and_a_hash_otherwise():
-    from epistream.contracts import Question
-    from epistream.replies import ForeignReplyTopic, check_own_reply_topic, tenant_reply_topic
+    from epistream.contracts.questions import Question
+    from epistream.messaging.tenant_topics import ForeignReplyTopic, check_own_reply_topic, tenant_reply_topic
 
     assert tenant_reply_topic("memory.answers", "acme-eu_1") == "memory.answers.acme-eu_1"
     for unsafe in ("a b", "ü", "..", "a..b", ".x", "x" * 200, "acme.eu", "_x"):
@@ -69,7 +69,7 @@ def test_a_tenants_reply_topic_is_its_name_when_kafka_takes_it_and_a_hash_otherw
 
 
 def test_the_client_signs_with_a_tenants_own_key_else_for_the_tenant_the_value_names():
-    from epistream.client import claim_headers
+    from epistream.client.api import claim_headers
 
     own = signed_headers(tenant_key(SECRET, "acme"), VALUE)
     assert claim_headers(ClaimCheck(None), VALUE, tenant_key(SECRET, "acme")) == own  # a tenant's backend

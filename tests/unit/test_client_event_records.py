@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from epistream.client import _tenant_event
-from epistream.memory_events import new_event
+from epistream.client.api import _tenant_event
+from epistream.contracts.events import new_event
 
 
 def test_a_reader_gets_its_tenants_events_and_passes_the_rest():

@@ -24,16 +24,11 @@ from epistream.consumers.packing import (
 from epistream.consumers.retrieval import FUSED_TURNS, RetrievedTurn
 from epistream.consumers.timefilter import asks_about_past, find_period, question_periods, understand
 from epistream.consumers.worker import fit_reply
-from epistream.contracts import (
-    Answer,
-    MemoryContext,
-    Mode,
-    Question,
-    TimeRange,
-    decode,
-)
+from epistream.contracts.decoding import decode
+from epistream.contracts.questions import Mode, Question, TimeRange
+from epistream.contracts.replies import Answer, MemoryContext
 from epistream.errors import ContractError
-from epistream.prompts import estimate_tokens
+from epistream.models.prompts import estimate_tokens
 
 ASKED = datetime(2024, 3, 20, 12, 0, tzinfo=UTC)  # a Wednesday
 

@@ -6,8 +6,11 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from epistream.contracts import Answer, DeadLetter, Mode, Question, RoleTokens, Turn
-from epistream.dead_letters import build_dead_letter as dead_letter
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.contracts.questions import Mode, Question
+from epistream.contracts.replies import Answer, RoleTokens
+from epistream.contracts.turns import Turn
+from epistream.messaging.dead_letters import build_dead_letter as dead_letter
 
 TURN = {
     "tenant": "t1", "conversation_id": "c1", "turn_id": "D1:1", "speaker": "Caroline",

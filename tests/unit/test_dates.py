@@ -1,4 +1,4 @@
-"""Unit tests for epistream.dates (deterministic date parsing and gist repair; no services)."""
+"""Unit tests for epistream.core.dates (deterministic date parsing and gist repair; no services)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from epistream.dates import (
+from epistream.core.dates import (
     RELATIVE_PATTERN,
     ResolvedDate,
     absolutize,

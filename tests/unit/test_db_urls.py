@@ -6,8 +6,8 @@ from __future__ import annotations
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import SecretStr
 
-from epistream.db import READER_ROLE, reader_url, split_password, tenant_option
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
+from epistream.storage.db import READER_ROLE, reader_url, split_password, tenant_option
 
 WORKERS = "postgresql://epistream_worker:w0rker%20pw@db.example:5432/epistream?sslmode=require"
 
@@ -45,7 +45,7 @@ def test_split_password_of_a_url_without_one_is_that_url_and_none():
 
 def test_psql_gets_the_password_in_its_environment_not_on_its_command_line(monkeypatch):
     import epistream.infra.postgres_server
-    from epistream.shell import cli
+    from epistream.apps.cli import main as cli
 
     monkeypatch.setenv("EPISTREAM_DATABASE_URL", WORKERS)
     monkeypatch.setenv("EPISTREAM_DATABASE_ADMIN_URL", "postgresql://owner:0wner%20pw@db.example/epistream")
@@ -64,7 +64,7 @@ def test_psql_gets_the_password_in_its_environment_not_on_its_command_line(monke
 
 
 def test_a_worker_login_on_another_database_never_keeps_the_owners_password():
-    from epistream.db import on_database
+    from epistream.storage.db import on_database
 
     admin = "postgresql://owner:owner-secret@db.example:5432/bench"
     worker = on_database(Settings(database_url="postgresql://x@h/d"), admin).database_url.get_secret_value()

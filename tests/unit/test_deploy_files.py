@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from epistream.core.metrics import Metrics, SupervisorMetrics
 from epistream.infra import prometheus_server
-from epistream.metrics import Metrics, SupervisorMetrics
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "infra" / "deploy"
@@ -196,7 +196,7 @@ def test_alert_metrics_exist():
     for group in _load_yaml(ALERTS)["groups"]:
         for rule in group["rules"]:
             for name in METRIC_NAME.findall(rule["expr"]):
-                assert name in known, f"{rule['alert']} uses {name}, not defined in epistream/metrics.py"
+                assert name in known, f"{rule['alert']} uses {name}, not defined in epistream/core/metrics.py"
 
 
 def test_rendered_config_for_given_targets(tmp_path):
@@ -280,7 +280,7 @@ def test_dashboard_metrics_exist(dashboard):
         for target in panel.get("targets", []):
             for name in METRIC_NAME.findall(target["expr"]):
                 used.add(name)
-                assert name in known, f"panel {panel['title']!r} uses {name}, not defined in epistream/metrics.py"
+                assert name in known, f"panel {panel['title']!r} uses {name}, not defined in epistream/core/metrics.py"
     assert len(used) >= 10
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from epistream.infra.env_example import render, render_markdown
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

@@ -10,11 +10,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from epistream.embedder_cards import CARDS, DEFAULT_EMBEDDER
-from epistream.embeddings import DIMENSIONS, Embedder
-from epistream.errors import ServiceError
-from epistream.model_files import card_dir, embedder_files, fetch
-from epistream.settings import Settings, SettingsError, load_settings
+from epistream.errors import ServiceError, SettingsError
+from epistream.models.embeddings import DIMENSIONS, Embedder
+from epistream.models.model_files import card_dir, embedder_files, fetch
+from epistream.settings.embedder_cards import CARDS, DEFAULT_EMBEDDER
+from epistream.settings.processes import Settings, load_settings
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -5,9 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from epistream.db import migration_files
-from epistream.embeddings import DIMENSIONS, Embedder
-from epistream.settings import JsonMode, Settings, SettingsError, load_settings
+from epistream.errors import SettingsError
+from epistream.models.embeddings import DIMENSIONS, Embedder
+from epistream.settings.models import JsonMode
+from epistream.settings.processes import Settings, load_settings
+from epistream.storage.db import migration_files
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +86,8 @@ def test_settings_are_the_union_of_disjoint_groups_each_loadable_alone(monkeypat
     from epistream import settings as config
 
     groups = [config.KafkaSettings, config.PostgresSettings, config.ModelSettings, config.SegmentSettings,
-              config.RetrievalSettings, config.WorkerSettings, config.SecuritySettings, config.SupervisionSettings,
+              config.RetrievalSettings, config.WorkerSettings, config.AnswerSettings, config.TracingSettings,
+              config.SecuritySettings, config.SupervisionSettings,
               config.EventSettings]
     names = [name for group in groups for name in group.model_fields]
     assert len(names) == len(set(names)), "a setting belongs to one group"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from epistream.contracts import SegmentTurn
-from epistream.llm import storable
+from epistream.contracts.segments import SegmentTurn
+from epistream.core.retry import Backoff
+from epistream.models.llm import storable
 from epistream.pipeline.breaker import CircuitBreaker
 from epistream.pipeline.prompt_fit import fit_turns, marker
-from epistream.retry import Backoff
 
 
 class Clock:

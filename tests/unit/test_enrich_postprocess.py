@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
 
-from epistream.contracts import Segment, SegmentTurn
-from epistream.names import entity_id, normalize_name, normalize_predicate, resolve_speaker
+from epistream.contracts.segments import Segment, SegmentTurn
+from epistream.core.names import entity_id, normalize_name, normalize_predicate, resolve_speaker
 from epistream.pipeline.enrich import build_messages, postprocess
 from epistream.pipeline.prompts import EnrichmentOut
 

@@ -14,14 +14,18 @@ import pytest
 from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError, NodeNotReadyError, RecordTooLargeError
 
 from epistream.consumers.prompts import AssistantReply
-from epistream.contracts import DeadLetter, Question, Segment, SegmentCloseRequest, Turn, decode
-from epistream.dead_letters import dead_letter
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.contracts.decoding import decode
+from epistream.contracts.questions import Question
+from epistream.contracts.segments import Segment
+from epistream.contracts.turns import SegmentCloseRequest, Turn
+from epistream.core.metrics import Metrics
+from epistream.core.retry import BLOCKING, Backoff, retry
 from epistream.errors import ContractError, ModelOutputError, ModelUnavailable, is_transient
-from epistream.llm import ModelClient
-from epistream.metrics import Metrics
+from epistream.messaging.dead_letters import dead_letter
+from epistream.models.llm import ModelClient
 from epistream.pipeline.records import RawRecord
-from epistream.retry import BLOCKING, Backoff, retry
-from epistream.settings import JsonMode
+from epistream.settings.models import JsonMode
 
 TURN = {"tenant": "t", "conversation_id": "c", "turn_id": "t1", "speaker": "Alice", "text": "hi",
         "ts": "2024-01-01T10:00:00+00:00"}

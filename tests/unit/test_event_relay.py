@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from epistream.metrics import Metrics
+from epistream.core.metrics import Metrics
 from epistream.pipeline.event_relay import EventRelay, _settled
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 
 
 async def test_settled_keeps_the_order_and_reads_a_delivery_left_open_as_a_timeout():

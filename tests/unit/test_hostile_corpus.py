@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from epistream.contracts import SegmentCloseRequest, Turn, decode
+from epistream.contracts.decoding import decode
+from epistream.contracts.turns import SegmentCloseRequest, Turn
 from epistream.errors import ContractError
 from epistream.testing.hostile import CASES, HostileCase, expected_rows
 

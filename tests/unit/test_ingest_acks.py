@@ -11,14 +11,14 @@ import psycopg
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from epistream.contracts import DeadLetter
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.core.metrics import Metrics
+from epistream.core.retry import Backoff
 from epistream.errors import ContractError
-from epistream.metrics import Metrics
 from epistream.pipeline.delivery import settle
 from epistream.pipeline.housekeeping import guarded
 from epistream.pipeline.ingest import IngestResult, Rejected
 from epistream.pipeline.records import RawRecord
-from epistream.retry import Backoff
 
 QUICK = Backoff(first_s=0.001, cap_s=0.001)
 

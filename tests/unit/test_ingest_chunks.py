@@ -17,8 +17,8 @@ import numpy as np
 import psycopg
 import pytest
 
-from epistream.contracts import SegmentCloseRequest, Turn
-from epistream.metrics import Metrics
+from epistream.contracts.turns import SegmentCloseRequest, Turn
+from epistream.core.metrics import Metrics
 from epistream.pipeline import ingest
 from epistream.pipeline.ingest import ingest_batch, split_chunks
 from epistream.pipeline.records import RawRecord

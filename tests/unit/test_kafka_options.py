@@ -10,10 +10,11 @@ import pytest
 from faust.types.auth import AuthProtocol, SASLMechanism
 from pydantic import ValidationError
 
-from epistream import kafka_io
-from epistream.kafka_io import faust_broker_options, kafka_options
-from epistream.settings import Settings, SettingsError, load_settings
-from epistream.tls import embedded_tls_dir
+from epistream.errors import SettingsError
+from epistream.messaging import kafka_io
+from epistream.messaging.kafka_io import faust_broker_options, kafka_options
+from epistream.ops.tls import embedded_tls_dir
+from epistream.settings.processes import Settings, load_settings
 
 SECRET = "pw-never-shown"
 SASL_KEYS = {"sasl_mechanism", "sasl_plain_username", "sasl_plain_password"}

@@ -9,8 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from epistream.contracts import Mode, Position
-from epistream.mcp_server.arguments import (
+from epistream.apps.mcp.arguments import (
     MAX_TURNS,
     ArgumentError,
     TurnArgument,
@@ -20,8 +19,10 @@ from epistream.mcp_server.arguments import (
     served_tenant,
     turns_for,
 )
-from epistream.mcp_server.config import McpServerSettings
-from epistream.mcp_server.memory import Written
+from epistream.apps.mcp.memory import Written
+from epistream.contracts.positions import Position
+from epistream.contracts.questions import Mode
+from epistream.settings.processes import McpServerSettings
 
 NOW = datetime(2024, 3, 27, 12, 0, tzinfo=UTC)
 
@@ -114,7 +115,7 @@ def test_the_tenant_key_setting_must_be_hex(monkeypatch):
 async def test_the_sdk_client_sees_bad_arguments_as_tool_errors():
     from mcp import Client
 
-    from epistream.mcp_server.server import build_server
+    from epistream.apps.mcp.server import build_server
 
     server = build_server(McpServerSettings(kafka_bootstrap="127.0.0.1:9"), "acme")  # never reached: refused first
     async with Client(server) as client:
@@ -133,8 +134,8 @@ async def test_the_sdk_client_sees_bad_arguments_as_tool_errors():
 def test_the_base_install_imports_without_the_sdk():
     # `mcp` made unimportable: the package, its plain modules and the CLI still import, and the verb says why not.
     code = ("import sys; sys.modules['mcp'] = None\n"
-            "import epistream.mcp_server.arguments, epistream.mcp_server.memory\n"
-            "from epistream.shell.cli import main\n"
+            "import epistream.apps.mcp.arguments, epistream.apps.mcp.memory\n"
+            "from epistream.apps.cli.main import main\n"
             "sys.exit(main(['mcp']))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr

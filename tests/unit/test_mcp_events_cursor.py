@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from epistream.mcp_server.cursor import PREFIX, CursorError, decode, encode
+from epistream.apps.mcp.cursor import PREFIX, CursorError, decode, encode
 
 
 def test_a_cursor_round_trips_its_offsets():
@@ -53,8 +53,8 @@ def test_edited_offsets_are_refused():
 async def test_the_sdk_client_sees_a_bad_cursor_or_wait_as_a_tool_error():
     from mcp import Client
 
-    from epistream.mcp_server.config import McpServerSettings
-    from epistream.mcp_server.server import build_server
+    from epistream.apps.mcp.server import build_server
+    from epistream.settings.processes import McpServerSettings
 
     server = build_server(McpServerSettings(kafka_bootstrap="127.0.0.1:9"), "acme")  # never reached: refused first
     async with Client(server) as client:

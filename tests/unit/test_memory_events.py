@@ -8,11 +8,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from epistream.contracts import Turn
-from epistream.memory_events import KINDS, MemoryEvent, event_id, events_topic_for, new_event, tenant_events_topic
+from epistream.contracts.events import KINDS, MemoryEvent, event_id, new_event
+from epistream.contracts.turns import Turn
+from epistream.messaging.tenant_topics import events_topic_for, tenant_events_topic
 from epistream.pipeline.records import RawRecord
 from epistream.pipeline.store.events import superseded
-from epistream.settings import ClientSettings
+from epistream.settings.processes import ClientSettings
 
 AT = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 

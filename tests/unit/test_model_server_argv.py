@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from epistream.infra.model_server import model_server_argv
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 
 
 def test_the_model_server_runs_niced_by_default_and_at_equal_priority_when_asked(tmp_path):

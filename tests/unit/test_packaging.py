@@ -6,7 +6,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from epistream import db
+from epistream.storage import db
 
 ROOT = Path(__file__).resolve().parents[2]
 

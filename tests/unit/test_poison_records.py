@@ -8,9 +8,11 @@ import json
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from epistream.contracts import DeadLetter, SegmentCloseRequest, Turn, decode
-from epistream.dead_letters import DEFAULT_MAX_REQUEST_SIZE, build_dead_letter, letter_key
+from epistream.contracts.dead_letters import DeadLetter
+from epistream.contracts.decoding import decode
+from epistream.contracts.turns import SegmentCloseRequest, Turn
 from epistream.errors import ContractError
+from epistream.messaging.dead_letters import DEFAULT_MAX_REQUEST_SIZE, build_dead_letter, letter_key
 
 TURN = {
     "tenant": "t1", "conversation_id": "c1", "turn_id": "D1:1", "speaker": "Caroline",

@@ -13,10 +13,10 @@ import pytest
 from epistream.consumers.assistants import SegmentText, SegmentTurnText, segment_prompt
 from epistream.consumers.modes.agentic import AGENT_PROMPT, AgentStep, system_prompt
 from epistream.consumers.prompts import ANSWER_PROMPT, ASSISTANT_PROMPT, MASTER_PROMPT, AssistantReply, MasterAnswer
-from epistream.contracts import Segment, SegmentTurn
+from epistream.contracts.segments import Segment, SegmentTurn
+from epistream.models.prompts import fence, load_prompt, prompt, register, turn_line
 from epistream.pipeline.enrich import build_messages
 from epistream.pipeline.prompts import ENRICH_PROMPT, EnrichmentOut
-from epistream.prompts import fence, load_prompt, prompt, register, turn_line
 
 ROOT = Path(__file__).resolve().parents[2]
 TS = datetime(2024, 1, 17, 19, 14, tzinfo=UTC)

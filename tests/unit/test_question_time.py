@@ -20,7 +20,7 @@ from epistream.consumers.modes.deep import TOLD_LATER, period_first, window_for
 from epistream.consumers.packing import gist_candidate, turn_candidate
 from epistream.consumers.retrieval import RetrievedTurn
 from epistream.consumers.timefilter import CALENDAR_START, DateRange, asks_about_state, understand
-from epistream.contracts import Mode, Question, TimeRange
+from epistream.contracts.questions import Mode, Question, TimeRange
 
 ASKED = datetime(2024, 12, 14, 12, 0, tzinfo=UTC)
 FEBRUARY = DateRange(datetime(2024, 2, 1, tzinfo=UTC), datetime(2024, 3, 1, tzinfo=UTC))

@@ -12,12 +12,15 @@ from collections.abc import Mapping, Sequence
 import pytest
 from aiokafka.structs import RecordMetadata, TopicPartition
 
-from epistream.client import _note_position, _positions
+from epistream.apps.cli.main import _after
+from epistream.client.api import _note_position, _positions
 from epistream.consumers.read_after import MAX_POLL_S, incomplete_reason, wait_until_stored
-from epistream.contracts import Answer, MemoryContext, Position, Question, decode
+from epistream.contracts.decoding import decode
+from epistream.contracts.positions import Position
+from epistream.contracts.questions import Question
+from epistream.contracts.replies import Answer, MemoryContext
 from epistream.errors import ContractError
-from epistream.shell.cli import _after
-from epistream.watermarks import beyond_the_log, through_of, unmet
+from epistream.storage.watermarks import beyond_the_log, through_of, unmet
 
 OLD_QUESTION = b'{"question_id": "q1", "tenant": "t", "question": "Where?", "mode": "context"}'
 OLD_CONTEXT = (b'{"kind": "context", "question_id": "q1", "tenant": "t", "asked_at": "2024-05-08T12:00:00+00:00",'

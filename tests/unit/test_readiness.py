@@ -1,4 +1,4 @@
-"""The product's waits (epistream.readiness) and its one Prometheus text parser, without a stack."""
+"""The product's waits (epistream.ops.readiness) and its one Prometheus text parser, without a stack."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from epistream.metrics import parse_samples, sample_sum
-from epistream.readiness import WaitTimeout, poll, poll_async, port_open, url_ok, wait_until
+from epistream.core.metrics import parse_samples, sample_sum
+from epistream.ops.readiness import WaitTimeout, poll, poll_async, port_open, url_ok, wait_until
 
 
 def test_wait_until_returns_the_first_truthy_value():

@@ -32,7 +32,7 @@ from epistream.consumers.retrieval import (
 )
 from epistream.consumers.retrieval.segments import DENSE_PATHWAY, lexical_pathway, summary_pathway
 from epistream.consumers.retrieval.turns import fused_turn_search
-from epistream.settings import Settings
+from epistream.settings.processes import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

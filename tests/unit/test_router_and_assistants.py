@@ -10,7 +10,7 @@ from epistream.consumers.assistants import SegmentText, SegmentTurnText, pick_en
 from epistream.consumers.prompts import AssistantReply
 from epistream.consumers.retrieval import SegmentRecipe, fuse
 from epistream.consumers.router import select
-from epistream.contracts import Mode, Question
+from epistream.contracts.questions import Mode, Question
 
 SCORES = {
     "summary": {"a": 0.9, "b": 0.5, "c": 0.1},

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from epistream.models.prompts import estimate_tokens
 from epistream.pipeline.segmenter import SegmenterConfig, SegmenterState, close, feed
-from epistream.prompts import estimate_tokens
 
 T0 = datetime(2024, 1, 1, 10, 0, tzinfo=UTC)
 CONFIG = SegmenterConfig(max_tokens=100, overlap_share=0.25, max_gap=timedelta(hours=1))

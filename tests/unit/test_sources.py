@@ -1,4 +1,4 @@
-"""Unit tests for epistream.sources (no services)."""
+"""Unit tests for epistream.client.sources (no services)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from epistream.contracts import Turn
-from epistream.sources import (
+from epistream.client.sources import (
     detect_format,
     load_locomo,
     parse_evidence,
     parse_locomo_datetime,
     read_turns_jsonl,
 )
+from epistream.contracts.turns import Turn
 
 REPO = Path(__file__).resolve().parents[2]
 LOCOMO_DEV = REPO.parent / "shared/data/locomo/locomo-dev.json"

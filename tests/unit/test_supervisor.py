@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from epistream.core.metrics import SupervisorMetrics
 from epistream.infra import supervisor as sup
 from epistream.infra.service import ServiceSpec
 from epistream.infra.services import _join
 from epistream.infra.supervisor import Supervisor
-from epistream.metrics import SupervisorMetrics
-from epistream.readiness import wait_until
-from epistream.settings import Settings
+from epistream.ops.readiness import wait_until
+from epistream.settings.processes import Settings
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
@@ -102,7 +102,7 @@ def test_a_crash_looping_child_backs_off_and_status_reports_it_crashed(home: Set
         supervisor._request_stop()
         thread.join(30)
     assert info["last_exit"]["code"] == 7
-    from epistream.health import Health, Probe
+    from epistream.ops.health import Health, Probe
 
     row = _join(Probe("model-server", Health.DOWN, "ConnectionRefused", 0.0), info, supervised=True, last=info)
     assert row.state == "crashed" and not row.running

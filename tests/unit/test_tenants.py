@@ -1,4 +1,4 @@
-"""A tenant's credentials and ACLs (epistream.tenants), as pure logic: derived from the operator's
+"""A tenant's credentials and ACLs (epistream.ops.tenants), as pure logic: derived from the operator's
 secret alone, distinct per tenant and per purpose, and granting no pattern another tenant's names fall
 under. Their enforcement by a real broker: tests/integration/test_kafka_acls.py."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
-from epistream.settings import Settings
-from epistream.tenants import TenantAdminError, _bindings, add_tenant, credentials, remove_tenant
+from epistream.ops.tenants import TenantAdminError, _bindings, add_tenant, credentials, remove_tenant
+from epistream.settings.processes import Settings
 
 SECRET = SecretStr("tenants-unit-secret-" + "z" * 32)
 

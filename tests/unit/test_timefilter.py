@@ -8,7 +8,7 @@ import pytest
 
 from epistream.consumers.modes.deep import window_for
 from epistream.consumers.timefilter import DateRange, extract
-from epistream.contracts import Mode, Question
+from epistream.contracts.questions import Mode, Question
 
 LAST_DAY = datetime(9999, 12, 31, tzinfo=UTC)
 FIRST_DAY = datetime(1, 1, 1, tzinfo=UTC)

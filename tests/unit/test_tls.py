@@ -1,4 +1,4 @@
-"""The CA and broker certificate epistream.tls writes: a TLS client that trusts only ca.crt completes
+"""The CA and broker certificate epistream.ops.tls writes: a TLS client that trusts only ca.crt completes
 a handshake with a server serving broker.pem under a name the certificate lists, and refuses one under
 a name it does not; keys are private to their owner; re-issuing keeps the CA."""
 
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from epistream.tls import BrokerCertificates, covers, issue_broker_certificates
+from epistream.ops.tls import BrokerCertificates, covers, issue_broker_certificates
 
 
 def _handshake(certificates: BrokerCertificates, server_hostname: str) -> str:

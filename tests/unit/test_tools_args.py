@@ -21,7 +21,7 @@ from epistream.consumers.tools import (
     resolve_range,
     validate_arguments,
 )
-from epistream.dates import ResolvedDate
+from epistream.core.dates import ResolvedDate
 
 ASKED_AT = datetime(2025, 6, 15, 12, 0, tzinfo=timezone(timedelta(hours=1)))
 

@@ -1,4 +1,4 @@
-"""epistream.tracing's rules: when tracing is on, what a header and a span carry, what a log line gains.
+"""epistream.core.tracing's rules: when tracing is on, what a header and a span carry, what a log line gains.
 Spans go to the SDK's in-memory exporter here; the workers' real traces are tests/integration/test_tracing.py."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from epistream import tracing
+from epistream.core import tracing
 
 
 @pytest.mark.parametrize(("environ", "on"), [
@@ -147,8 +147,8 @@ def test_the_base_install_runs_untraced_without_the_opentelemetry_packages():
     # A process where `import opentelemetry` fails, as in an install without the tracing extra.
     program = (
         "import sys; sys.modules['opentelemetry'] = None\n"
-        "import epistream.client\n"
-        "from epistream import tracing\n"
+        "import epistream.client.api\n"
+        "from epistream.core import tracing\n"
         "assert tracing.setup('x', environ={'OTEL_EXPORTER_OTLP_ENDPOINT': 'http://127.0.0.1:1'}) is False\n"
         "with tracing.span('s') as current:\n"
         "    assert current is None and tracing.inject([('a', b'b')]) == [('a', b'b')]\n"

@@ -1,0 +1,94 @@
+"""`memory.questions`: a question, its mode, its token budget and time range."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
+
+from .base import Contract, Identifier, Instant, TopicName, _storable
+from .positions import Position
+
+
+class Mode(StrEnum):
+    FAST = "fast"
+    DEEP = "deep"
+    AGENTIC = "agentic"
+    AUTO = "auto"
+    #: no model call: the best memory within a token budget, for the asker's own model (MemoryContext)
+    CONTEXT = "context"
+
+
+#: A context read's token budget when the question names none, and the range it may name.
+CONTEXT_BUDGET_DEFAULT = 1_000
+
+
+CONTEXT_BUDGET_MIN = 50
+
+
+CONTEXT_BUDGET_MAX = 32_000
+
+
+#: The modes that read memory through the budgeted context builder (budget and time range apply).
+CONTEXT_MODES = frozenset({"context", "fast"})
+
+
+def check_budget(tokens: int) -> int:
+    """A token budget in the range a context read accepts (a ValueError says the range)."""
+    if not CONTEXT_BUDGET_MIN <= tokens <= CONTEXT_BUDGET_MAX:
+        raise ValueError(f"a token budget is {CONTEXT_BUDGET_MIN} to {CONTEXT_BUDGET_MAX} tokens, not {tokens}")
+    return tokens
+
+
+Budget = Annotated[int, AfterValidator(check_budget)]
+
+
+class TimeRange(BaseModel):
+    """Instants [start, end): either end may be open (None)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    start: Instant | None = None
+    end: Instant | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TimeRange:
+        if self.start is not None and self.end is not None and self.start >= self.end:
+            raise ValueError(f"time_range starts ({self.start.isoformat()}) at or after it ends ({self.end.isoformat()})")
+        return self
+
+
+class Question(Contract):
+    """`memory.questions`, keyed by question id."""
+
+    question_id: Identifier
+    tenant: Identifier
+    question: Annotated[str, StringConstraints(min_length=1, max_length=4_000), AfterValidator(_storable)]
+    conversation_ids: list[Identifier] | None = None
+    asked_at: AwareDatetime | None = None
+    mode: Mode = Mode.AUTO
+    reply_topic: TopicName | None = None
+    #: context and fast modes: most tokens of memory (context: CONTEXT_BUDGET_DEFAULT if unset)
+    budget_tokens: Budget | None = None
+    #: context and fast modes: read only memory of this period
+    time_range: TimeRange | None = None
+    #: any mode: read once ingest has stored memory.turns through these (bounded wait; see `incomplete`)
+    after: Annotated[list[Position], Field(max_length=1_000)] | None = None
+    listing: Literal["timeline", "facts"] | None = None  # context, one conversation: consumers/listing.py
+
+    @model_validator(mode="after")
+    def _budget_only_where_read(self) -> Question:
+        # A filter a mode would silently ignore is refused instead (dead-lettered, with this reason).
+        if self.mode.value not in CONTEXT_MODES and (self.budget_tokens is not None or self.time_range is not None):
+            raise ValueError(f"budget_tokens and time_range apply to the {' and '.join(sorted(CONTEXT_MODES))} modes "
+                             f"only, not {self.mode.value}")
+        return self
