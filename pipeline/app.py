@@ -1,65 +1,44 @@
-"""The Faust app of the indexer: topics, resources, the ingest agent, and the
-housekeeping timer (idle segments, the segment outbox, re-embedding). Enrichment runs in its
-own worker (epistream.pipeline.enrich_app), so ingest never waits on the model."""
+"""The Faust app of the indexer: topics, the ingest agent, the erasures agent, and the housekeeping
+timer (idle segments, the segment outbox, re-embedding, watermarks, stalled partitions). What it
+shares with the enrich worker is pipeline/bootstrap.py's. Enrichment runs in its own worker
+(epistream.pipeline.enrich_app), so ingest never waits on the model."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Sequence
-from typing import cast
+from dataclasses import dataclass
+from typing import TypeAlias, cast
 
 import faust
-from mode import Service
-from psycopg_pool import AsyncConnectionPool
 
 from epistream.core import tracing
 from epistream.core.claims import ClaimCheck
 from epistream.core.metrics import Metrics
 from epistream.messaging.erasure import parse_forgotten
-from epistream.messaging.kafka_io import PartitionLag, faust_broker_options, faust_datadir, report_lag, worker_client_id
 from epistream.models.embeddings import Embedder
-from epistream.ops.resources import Resources
 from epistream.settings.processes import Settings
 from epistream.storage.watermarks import forget_beyond_the_log
 
-from . import erasure, housekeeping, outbox
-from .delivery import settle
-from .event_relay import EventRelay
+from . import bootstrap, erasure, housekeeping, outbox
+from .bootstrap import LagReading, WorkerApp, WorkerResources
+from .checkpoint import Acknowledge, Checkpoint
 from .ingest import IngestResult, ingest_batch
 from .records import RawRecord
-from .redelivery import StallGuard, seek_back_if_stalled
 from .reembed import reembed_round
+from .segmenter import SegmenterConfig
 from .store import segments
 
-log = logging.getLogger(__name__)
+#: A turn as the ingest agent takes it: the Faust event, acknowledged by hand.
+TurnEvent: TypeAlias = "faust.EventT[bytes]"
 
 
-class IndexerResources(Service):
-    """The process's shared clients (:class:`epistream.ops.resources.Resources`: pool, embedder) and
-    the metrics endpoint, opened before the agents run (a Faust dependency)."""
+class IndexerResources(WorkerResources):
+    """The indexer's pool and embedder, and its metrics on the ingest port."""
 
-    def __init__(self, settings: Settings, metrics: Metrics, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        super().__init__(loop=loop)
-        self.settings = settings
-        self.metrics = metrics
-        self.shared: Resources | None = None
+    worker_name = "indexer"
 
-    async def on_start(self) -> None:
-        self.shared = await Resources.open(self.settings, self.metrics)
-        # Before the agents read a turn: what was forgotten stays so in a database rebuilt from Kafka.
-        await erasure.catch_up(self.settings, self.shared.pool)
-        self.metrics.serve(self.settings.ingest_metrics_port, host=self.settings.metrics_host)
-        log.info("indexer resources ready; metrics on :%d", self.settings.ingest_metrics_port)
-
-    async def on_stop(self) -> None:
-        if self.shared is not None:
-            await self.shared.close()
-
-    @property
-    def pool(self) -> AsyncConnectionPool:
-        assert self.shared is not None, "resources not started"
-        return self.shared.pool
+    def metrics_port(self) -> int:
+        return self.settings.ingest_metrics_port
 
     @property
     def embedder(self) -> Embedder | None:
@@ -67,52 +46,100 @@ class IndexerResources(Service):
         return self.shared.embedder if self.shared is not None else None
 
 
-def create_app(settings: Settings, metrics: Metrics) -> faust.App:
-    app = faust.App(
-        settings.indexer_group,
-        **faust_broker_options(settings),
-        broker_client_id=worker_client_id("ingest"),  # how health checks find this process in the group
-        store="memory://",
-        datadir=faust_datadir(settings, settings.indexer_group),
-        web_enabled=False,
-        autodiscover=False,
-        consumer_auto_offset_reset="earliest",
-        producer_acks=-1,
-        topic_allow_declare=False,  # topics are created up front with their partition counts
-        topic_disable_leader=True,  # no leader-only timers: housekeeping is idempotent on every worker
-        broker_session_timeout=settings.kafka_session_timeout_s,
-        broker_heartbeat_interval=settings.kafka_heartbeat_interval_s,
-    )
-    resources = IndexerResources(settings, metrics, loop=app.loop)
-    app.add_dependency(resources)
-    segmenter = segments.config_from(settings)
-    claims = ClaimCheck.from_settings(settings)
-    guard = StallGuard()  # records the consumer fetched and dropped are fetched again (redelivery.py)
+@dataclass(frozen=True)
+class IndexerSends:
+    """What the indexer sends to Kafka, each send awaited until the broker has it: whoever acks a record
+    or marks a segment published does so only after."""
 
-    turns_topic = app.topic(settings.topic_turns, key_serializer="raw", value_serializer="raw")
-    segments_topic = app.topic(settings.topic_segments, key_serializer="raw", value_serializer="raw")
-    dlq_topic = app.topic(settings.topic_dlq, key_serializer="raw", value_serializer="raw")
+    settings: Settings
+    claims: ClaimCheck
+    turns: faust.TopicT
+    segments: faust.TopicT
+    dead_letters: faust.TopicT
 
-    async def send_dead(key: bytes | None, value: bytes) -> None:
-        # Awaited to delivery: a record is acked only once its letter is in Kafka.
-        delivery = await dlq_topic.send(key=key, value=value)
+    async def dead_letter(self, key: bytes | None, value: bytes) -> None:
+        delivery = await self.dead_letters.send(key=key, value=value)
         await delivery
 
-    async def send_segment(key: bytes, value: bytes) -> None:
+    async def segment(self, key: bytes, value: bytes) -> None:
         # Faust's send returns the delivery future: the outbox marks a segment published only after it.
-        with tracing.span(f"send {settings.topic_segments}", kind="producer",
-                          attributes=tracing.messaging("send", "send", settings.topic_segments)):
-            delivery = await segments_topic.send(key=key, value=value, headers=tracing.inject() or None)
+        topic = self.settings.topic_segments
+        with tracing.span(f"send {topic}", kind="producer", attributes=tracing.messaging("send", "send", topic)):
+            delivery = await self.segments.send(key=key, value=value, headers=tracing.inject() or None)
             await delivery
 
-    async def publish(closed: Sequence[tuple[str, str]]) -> None:
-        """Send closed segments (whole) to memory.segments; each is marked published once delivered."""
-        await outbox.publish(resources.pool, closed, send_segment)
+    async def close_request(self, key: bytes, value: bytes, tenant: str) -> None:
+        # Signed like any record on memory.turns: the workers hold the secret tenant keys derive from. Traced
+        # as a send of its own: the segment it closes is enriched in the trace this starts.
+        topic = self.settings.topic_turns
+        with tracing.span(f"send {topic}", kind="producer", attributes=tracing.messaging("send", "send", topic)):
+            delivery = await self.turns.send(key=key, value=value,
+                                             headers=tracing.inject(self.claims.headers_for(tenant, value)))
+            await delivery
 
-    async def ingest_records(records: Sequence[RawRecord]) -> IngestResult:
+
+@dataclass(frozen=True)
+class Indexer:
+    """The indexer's own work on the worker's resources: storing batches, publishing the segments they
+    close, and the housekeeping tick."""
+
+    worker: WorkerApp[IndexerResources]
+    sends: IndexerSends
+    segmenter: SegmenterConfig
+    claims: ClaimCheck
+
+    def checkpoint(self, ack: Acknowledge[TurnEvent]) -> Checkpoint[TurnEvent]:
+        """Write, then acknowledge with the agent's stream's `ack`."""
+        return Checkpoint(to_record=RawRecord.from_faust, store=self.store, send_dead=self.sends.dead_letter,
+                          publish=self.publish, ack=ack, metrics=self.worker.metrics,
+                          max_request_size=self.worker.app.conf.producer_max_request_size)
+
+    async def store(self, records: Sequence[RawRecord]) -> IngestResult:
+        resources = self.worker.resources
         assert resources.embedder is not None
-        return await ingest_batch(records, pool=resources.pool, embedder=resources.embedder, metrics=metrics,
-                                  segmenter=segmenter, chunk_turns=settings.ingest_chunk, claims=claims)
+        return await ingest_batch(records, pool=resources.pool, embedder=resources.embedder,
+                                  metrics=self.worker.metrics, segmenter=self.segmenter,
+                                  chunk_turns=self.worker.settings.ingest_chunk, claims=self.claims)
+
+    async def publish(self, closed: Sequence[tuple[str, str]]) -> None:
+        """Send closed segments (whole) to memory.segments; each is marked published once delivered."""
+        await outbox.publish(self.worker.resources.pool, closed, self.sends.segment)
+
+    async def housekeeping_tick(self) -> None:
+        """Close idle conversations and re-publish the outbox, re-embed, forget watermarks beyond the log,
+        and seek back stalled partitions. A failed step (PostgreSQL restarting, the broker away) is logged
+        and counted, never raised: an exception in a Faust timer stops the worker."""
+        resources = self.worker.resources
+        embedder = resources.embedder
+        if embedder is None:
+            return
+        settings, metrics = self.worker.settings, self.worker.metrics
+        await housekeeping.guarded("housekeeping", self.close_idle_and_republish, metrics)
+        await housekeeping.guarded("reembed", lambda: reembed_round(
+            resources.pool, embedder, limit=settings.reembed_batch, budget_s=settings.reembed_budget_s,
+            metrics=metrics), metrics)
+        # The lag is read once, for the watermarks' log ends; the stall guard then acts on the same reading.
+        reading = LagReading(self.worker)
+        # Marks of a deleted and re-created topic would call unstored turns stored (epistream/storage/watermarks.py).
+        await housekeeping.guarded("watermarks", lambda: forget_beyond_the_log(resources.pool, settings.topic_turns,
+                                                                               reading.log_ends), metrics)
+        await self.worker.redeliver_if_stalled(reading.lag)
+
+    async def close_idle_and_republish(self) -> None:
+        await housekeeping.tick(self.worker.resources.pool, idle_s=self.worker.settings.segment_idle_s,
+                                send_close=self.sends.close_request, publish=self.publish)
+
+
+def create_app(settings: Settings, metrics: Metrics) -> faust.App:
+    worker = WorkerApp.build(settings, metrics, IndexerResources, group=settings.indexer_group, client="ingest",
+                             consumed=(settings.topic_turns,))
+    app, resources, relay = worker.app, worker.resources, worker.relay
+    turns_topic = worker.raw_topic(settings.topic_turns)
+    forgotten_topic = worker.raw_topic(settings.topic_forgotten)
+    claims = ClaimCheck.from_settings(settings)
+    sends = IndexerSends(settings, claims, turns=turns_topic, segments=worker.raw_topic(settings.topic_segments),
+                         dead_letters=worker.raw_topic(settings.topic_dlq))
+    indexer = Indexer(worker, sends, segments.config_from(settings), claims)
 
     @app.agent(turns_topic, name="ingest")
     async def ingest(stream: faust.StreamT[bytes]) -> None:
@@ -121,21 +148,12 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         # the body raised or was cancelled; here each event is acked only once stored or dead-lettered.
         # Past faust's types: an agent is given a faust.Stream (StreamT lacks noack_take), and noack_take
         # yields the events themselves, though typed as the stream's values.
-        events_of = cast("faust.Stream[faust.EventT[bytes]]", stream)
+        events_of = cast("faust.Stream[TurnEvent]", stream)
+        checkpoint = indexer.checkpoint(stream.ack)
         async for events in events_of.noack_take(settings.ingest_batch, within=settings.ingest_batch_within_s):
-            with guard.handling(len(events)):
-                await settle(events, to_record=RawRecord.from_faust, ingest=ingest_records, send_dead=send_dead,
-                             publish=publish, ack=stream.ack, metrics=metrics,
-                             max_request_size=app.conf.producer_max_request_size)
+            with worker.stall_guard.handling(len(events)):
+                await checkpoint.store_then_ack(events)
             relay.wake()  # the batch's memory events are committed: out with them
-
-    relay = EventRelay(settings, lambda: resources.shared.pool if resources.shared else None, metrics)
-
-    @app.task
-    async def relay_events() -> None:
-        await relay.run()
-
-    forgotten_topic = app.topic(settings.topic_forgotten, key_serializer="raw", value_serializer="raw")
 
     @app.agent(forgotten_topic, name="forgotten")
     async def forgotten(stream: faust.StreamT[bytes]) -> None:
@@ -147,51 +165,13 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
                 await erasure.apply_arriving(resources.pool, record, metrics)
                 relay.wake()
 
-    async def send_close(key: bytes, value: bytes, tenant: str) -> None:
-        # Signed like any record on memory.turns: the workers hold the secret tenant keys derive from. Traced
-        # as a send of its own: the segment it closes is enriched in the trace this starts.
-        with tracing.span(f"send {settings.topic_turns}", kind="producer",
-                          attributes=tracing.messaging("send", "send", settings.topic_turns)):
-            delivery = await turns_topic.send(key=key, value=value,
-                                              headers=tracing.inject(claims.headers_for(tenant, value)))
-            await delivery
-
-    async def housekeeping_round() -> None:
-        await housekeeping.tick(resources.pool, idle_s=settings.segment_idle_s, send_close=send_close,
-                                publish=publish)
-
     @app.timer(interval=settings.segment_check_every_s)
     async def housekeeping_timer() -> None:
-        if resources.embedder is None:
-            return
-        # A failed round (PostgreSQL restarting, the broker away) is logged and counted, never raised:
-        # an exception in a Faust timer stops the worker.
-        await housekeeping.guarded("housekeeping", housekeeping_round, metrics)
-        embedder = resources.embedder
-        await housekeeping.guarded("reembed", lambda: reembed_round(
-            resources.pool, embedder, limit=settings.reembed_batch, budget_s=settings.reembed_budget_s,
-            metrics=metrics), metrics)
-        lag: PartitionLag | None = None
-
-        async def ends() -> dict[int, int] | None:
-            nonlocal lag
-            lag = await report_lag(settings, metrics, settings.indexer_group, [settings.topic_turns])
-            return None if lag is None else {partition: end for (_, partition), (_, end) in lag.items()}
-
-        # Marks of a deleted and re-created topic would call unstored turns stored (epistream/storage/watermarks.py).
-        await housekeeping.guarded("watermarks", lambda: forget_beyond_the_log(resources.pool, settings.topic_turns,
-                                                                               ends), metrics)
-        await housekeeping.guarded("redelivery", lambda: seek_back_if_stalled(app, guard, lag, metrics), metrics)
-
+        await indexer.housekeeping_tick()
 
     return app
 
 
-
 def run_worker(settings: Settings) -> None:
     """Run the indexer until SIGTERM (blocks)."""
-    tracing.setup("epistream-ingest", texts=settings.trace_texts)
-    metrics = Metrics.create()
-    app = create_app(settings, metrics)
-    worker = faust.Worker(app, loglevel="INFO", quiet=True)
-    worker.execute_from_commandline()
+    bootstrap.run_worker(settings, service="epistream-ingest", create_app=create_app)

@@ -2,8 +2,9 @@
 set aside what is invalid or cannot be stored, with why.
 
 A plain async function over a batch of raw records, so tests call it without
-Faust; the agent in :mod:`epistream.pipeline.app` calls it through :func:`epistream.pipeline.delivery.settle`, which
-dead-letters what it set aside, publishes what it closed, and only then acknowledges the batch.
+Faust; the agent in :mod:`epistream.pipeline.app` calls it through its
+:class:`epistream.pipeline.checkpoint.Checkpoint`, which dead-letters what it set
+aside, publishes what it closed, and only then acknowledges the batch.
 """
 
 from __future__ import annotations
