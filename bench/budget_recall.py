@@ -284,11 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     result["timings"]["total_s"] = round(time.perf_counter() - started, 1)
     result["machine"] = report.machine_info(ROOT)
     out = args.out / DEFAULT_OUT.name if args.out.is_dir() or not args.out.suffix else args.out
-    report.write_json(out, result)
-    chart = out.with_suffix(".png")
-    write_chart(chart, result)
-    print(f"\nwrote {out} and {chart}\n")
-    print(markdown(result))
+    report.write_results(out, result, write_chart, markdown)
     return 0
 
 
@@ -380,7 +376,7 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def write_chart(path: Path, result: dict[str, Any]) -> None:
+def write_chart(result: dict[str, Any], path: Path) -> None:
     """Recall vs budget, one line per system, a panel per split."""
     from matplotlib.ticker import NullFormatter
 

@@ -198,7 +198,7 @@ def run_enrich(settings: Settings, url: str, run_id: str, opts: EnrichOptions) -
         if not outcome.complete and not opts.keep:
             result_cleanup.update(_cut_off(settings, url, workload.tenant))
         # Written now, and again with the baseline: the figures survive a run killed during the direct calls.
-        enrich_report.write_all(opts.results, assemble(None, None))
+        report.write_results(opts.results / enrich_report.JSON_NAME, assemble(None, None), enrich_report.write_chart)
         if segment is not None:
             token_estimate = next(s["token_estimate"] for s in rows.segments if s["segment_id"] == typical)
             direct, idle_for_direct = _direct_baseline(settings, model_pid, segment, token_estimate)
@@ -210,7 +210,8 @@ def run_enrich(settings: Settings, url: str, run_id: str, opts: EnrichOptions) -
             result_cleanup.update(removed=removed, remaining=left)
             print(f"removed the enrichment run's rows ({sum(removed.values())}); left: {sum(left.values())}")
     result = assemble(direct, idle_for_direct)
-    enrich_report.write_all(opts.results, result)
+    report.write_results(opts.results / enrich_report.JSON_NAME, result, enrich_report.write_chart,
+                         enrich_report.markdown)
     return result
 
 

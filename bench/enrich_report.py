@@ -1,6 +1,6 @@
 """The enrichment benchmark's result: what a run measured (its rows, its wait, the direct model calls), built
-into one JSON-able dict, drawn as a three-panel chart and printed as markdown tables. Pure, apart from
-writing the files.
+into one JSON-able dict, drawn as a three-panel chart and printed as markdown tables (bench.report writes
+them). Pure, apart from drawing the chart.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import numpy as np
 
 from . import report
 from .produce import SteadySend
-from .report import write_json
 from .worker_metrics import ExtractorCounters
 from .workload import Workload
 
@@ -313,17 +312,12 @@ def _projection(result: dict[str, Any], started: float, first_closed: float | No
     }
 
 
-JSON_NAME, PNG_NAME = "enrich.json", "enrich.png"
+JSON_NAME = "enrich.json"
 
 
-# --- the files and the chart ----------------------------------------------------------------------
+# --- the chart ------------------------------------------------------------------------------------
 
-def write_all(folder: Path, result: dict[str, Any]) -> None:
-    write_json(folder / JSON_NAME, result)
-    write_chart(folder / PNG_NAME, result)
-
-
-def write_chart(path: Path, result: dict[str, Any]) -> None:
+def write_chart(result: dict[str, Any], path: Path) -> None:
     fig, (timeline, latency, rates) = report.subplots(1, 3, figsize=(15, 4.6))
     _timeline(timeline, result)
     _latency(latency, result)
@@ -378,9 +372,7 @@ def _rates(ax, result: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
         labels.append("model alone,\nsame request\nback to back")
         values.append(t["direct_segments_per_min"])
         colors.append("#1f77b4")
-    bars = ax.bar(labels, values, color=colors)
-    for bar, value in zip(bars, values, strict=True):
-        ax.annotate(f"{value:.2f}/min", (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom")
+    report.bars(ax, labels, values, colors, label="{:.2f}/min")
     ax.set_ylabel("segments per minute")
     ratio = t.get("pipeline_over_direct")
     ax.set_title("throughput vs the model's limit" + (f" (ratio {ratio:.2f})" if ratio else ""))
@@ -445,13 +437,10 @@ def markdown(result: dict[str, Any]) -> str:
         f"| produce -> facts p50 / p95 (enriched segments) | {_fmt(lat['produce_to_facts_s'])} |",
         f"| of which close -> facts (queue + model + store) | {_fmt(lat['close_to_facts_s'])} |",
         "",
-        "| conversation | turns | segments (expected) | enriched | failed | gists | facts |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-        *(
-            f"| {c['conversation_id'].removeprefix(w['tenant'] + '-')} | {c['turns']} | "
-            f"{c['segments']} ({c['expected_segments']}) | {c['enriched']} | {c['failed']} | {c['gists']} | {c['facts']} |"
-            for c in conv
-        ),
+        report.table(["conversation", "turns", "segments (expected)", "enriched", "failed", "gists", "facts"],
+                     ([c["conversation_id"].removeprefix(w["tenant"] + "-"), c["turns"],
+                       f"{c['segments']} ({c['expected_segments']})", c["enriched"], c["failed"], c["gists"],
+                       c["facts"]] for c in conv)),
         "",
         *_notes(result),
     ]

@@ -109,72 +109,21 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines: list[str] = []
     store = result.get("store", {})
-    lines.append(
+    lines = [
         f"LoCoMo evaluation `{result['run_id']}`: {Path(result['dataset']).name}, conversations "
         f"{', '.join(result['conversations'])}; {store.get('turns', '?')} turns, {store.get('segments', '?')} segments "
         f"({store.get('enriched', '?')} enriched, {store.get('failed', '?')} failed, "
         f"{store.get('unsegmented_turns', '?')} turns still unsegmented); mode `{result['mode']}`, "
         f"model `{result['model']}`."
-    )
+    ]
     recall = segment_recall(result)
     if recall and recall.get("questions"):
-        ks = recall["k"]
-        lines += ["", f"Router evidence recall@k segments ({recall['questions']} questions with evidence; "
-                      "k counts segments, dense turns count turns; turns = mean turns the k items hold):", "",
-                  "| pathway | " + " | ".join(f"R@{k}" for k in ks) + " | " + " | ".join(f"turns@{k}" for k in ks)
-                  + " |", "|---|" + "---:|" * (2 * len(ks))]
-        for config, figures in recall["overall"].items():
-            lines.append(f"| {RECALL_LABELS[config]} | "
-                         + " | ".join(_fmt(figures["recall"][str(k)]) for k in ks) + " | "
-                         + " | ".join(_fmt(figures["turns"][str(k)], 1) for k in ks) + " |")
-        k_mid = str(ks[len(ks) // 2])
-        lines += ["", f"Recall@{k_mid} per category:", "",
-                  "| pathway | " + " | ".join(f"{c} {CATEGORY_NAMES.get(int(c), '')} "
-                                              f"(n={recall['questions_per_category'][c]})"
-                                              for c in recall["per_category"]) + " |",
-                  "|---|" + "---:|" * len(recall["per_category"])]
-        for config in recall["overall"]:
-            lines.append(f"| {RECALL_LABELS[config]} | " + " | ".join(
-                _fmt(recall["per_category"][c][config][k_mid]) for c in recall["per_category"]) + " |")
+        lines += ["", *_recall_tables(recall)]
     systems = {name: s for name, s in result.get("systems", {}).items() if s}
     if systems:
-        names = list(systems)
-        label = {n: SYSTEM_LABELS.get(n, n) + (f" (k={result['baseline_k']})" if n == "dense_top_k" else "")
-                 for n in names}
-        header = "| category | n | " + " | ".join(f"{label[n]} F1 | BLEU-1" for n in names)
-        judge = any(systems[n]["all"]["judged"] for n in names)
-        if judge:
-            header += " | " + " | ".join(f"{label[n]} judge" for n in names)
         lines += ["", f"Answers ({result['questions_asked']} sampled questions; category 5 scores 1 for an "
-                      "abstention, 0 otherwise):", "", header + " |",
-                  "|---|---:|" + "---:|---:|" * len(names) + ("---:|" * len(names) if judge else "")]
-        categories = sorted({c for n in names for c in systems[n]["per_category"]}, key=int)
-        rows = [(f"{c} {CATEGORY_NAMES.get(int(c), '')}", lambda s, c=c: s["per_category"].get(c)) for c in categories]
-        rows += [("1-4 overall", lambda s: s["answerable_1_4"]), ("all", lambda s: s["all"])]
-        for title, pick in rows:
-            blocks = [pick(systems[n]) for n in names]
-            n_questions = next((b["n"] for b in blocks if b), 0)
-            row = f"| {title} | {n_questions} | " + " | ".join(
-                f"{_fmt(b['f1'] if b else None)} | {_fmt(b['bleu1'] if b else None)}" for b in blocks)
-            if judge:
-                row += " | " + " | ".join(_fmt(b["judge_accuracy"] if b else None) for b in blocks)
-            lines.append(row + " |")
-        lines += ["", "| system | abstention precision | abstention recall (cat 5) | abstained | errors "
-                      "| context holds the evidence | tokens/query (prompt+completion) by role | calls/query "
-                      "| latency p50 / p95 (s) |",
-                  "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
-        for n in names:
-            s = systems[n]
-            roles = ", ".join(f"{role} {t['prompt']:.0f}+{t['completion']:.0f}"
-                              for role, t in s["tokens_per_query"].items() if t["calls"]) or "none"
-            calls = sum(t["calls"] for t in s["tokens_per_query"].values())
-            lines.append(
-                f"| {label[n]} | {_fmt(s['abstention']['precision'], 2)} | {_fmt(s['abstention']['recall'], 2)} "
-                f"| {s['all']['abstained']}/{s['all']['n']} | {s['all']['errors']} "
-                f"| {_fmt(s['all']['context_evidence_recall'], 2)} | {roles} | {calls:.1f} "
-                f"| {_fmt(s['latency_s']['p50'], 1)} / {_fmt(s['latency_s']['p95'], 1)} |")
+                      "abstention, 0 otherwise):", "", *_answer_tables(systems, result.get("baseline_k"))]
     requests = result.get("answer_worker_model_requests")
     if requests:
         lines += ["", "Answer worker's model requests while the questions ran (from its /metrics): " + "; ".join(
@@ -194,22 +143,69 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_chart(path: Path, result: dict[str, Any]) -> None:
+def _recall_tables(recall: dict[str, Any]) -> list[str]:
+    ks, by_category = recall["k"], recall["per_category"]
+    overall = report.table(
+        ["pathway", *(f"R@{k}" for k in ks), *(f"turns@{k}" for k in ks)],
+        ([RECALL_LABELS[config], *(_fmt(figures["recall"][str(k)]) for k in ks),
+          *(_fmt(figures["turns"][str(k)], 1) for k in ks)] for config, figures in recall["overall"].items()))
+    k_mid = str(ks[len(ks) // 2])
+    per_category = report.table(
+        ["pathway", *(f"{c} {CATEGORY_NAMES.get(int(c), '')} (n={recall['questions_per_category'][c]})"
+                      for c in by_category)],
+        ([RECALL_LABELS[config], *(_fmt(by_category[c][config][k_mid]) for c in by_category)]
+         for config in recall["overall"]))
+    return [f"Router evidence recall@k segments ({recall['questions']} questions with evidence; k counts segments, "
+            "dense turns count turns; turns = mean turns the k items hold):", "", overall, "",
+            f"Recall@{k_mid} per category:", "", per_category]
+
+
+def _answer_tables(systems: dict[str, dict[str, Any]], baseline_k: int | None) -> list[str]:
+    names = list(systems)
+    label = {n: SYSTEM_LABELS.get(n, n) + (f" (k={baseline_k})" if n == "dense_top_k" else "") for n in names}
+    judge = any(systems[n]["all"]["judged"] for n in names)
+    header = ["category", "n", *(f"{label[n]} F1 | BLEU-1" for n in names),
+              *(f"{label[n]} judge" for n in names if judge)]
+    categories = sorted({c for n in names for c in systems[n]["per_category"]}, key=int)
+    picks = [(f"{c} {CATEGORY_NAMES.get(int(c), '')}", lambda s, c=c: s["per_category"].get(c)) for c in categories]
+    picks += [("1-4 overall", lambda s: s["answerable_1_4"]), ("all", lambda s: s["all"])]
+    rows = []
+    for title, pick in picks:
+        blocks = [pick(systems[n]) for n in names]
+        row = [title, next((b["n"] for b in blocks if b), 0)]
+        row += [f"{_fmt(b['f1'] if b else None)} | {_fmt(b['bleu1'] if b else None)}" for b in blocks]
+        row += [_fmt(b["judge_accuracy"] if b else None) for b in blocks] if judge else []
+        rows.append(row)
+    costs = []
+    for n in names:
+        s = systems[n]
+        roles = ", ".join(f"{role} {t['prompt']:.0f}+{t['completion']:.0f}"
+                          for role, t in s["tokens_per_query"].items() if t["calls"]) or "none"
+        calls = sum(t["calls"] for t in s["tokens_per_query"].values())
+        costs.append([label[n], _fmt(s["abstention"]["precision"], 2), _fmt(s["abstention"]["recall"], 2),
+                      f"{s['all']['abstained']}/{s['all']['n']}", s["all"]["errors"],
+                      _fmt(s["all"]["context_evidence_recall"], 2), roles, f"{calls:.1f}",
+                      f"{_fmt(s['latency_s']['p50'], 1)} / {_fmt(s['latency_s']['p95'], 1)}"])
+    return [report.table(header, rows, "lr" + "rr" * len(names) + "r" * len(names) * judge), "",
+            report.table(["system", "abstention precision", "abstention recall (cat 5)", "abstained", "errors",
+                          "context holds the evidence", "tokens/query (prompt+completion) by role", "calls/query",
+                          "latency p50 / p95 (s)"], costs, "lrrrrrlrr")]
+
+
+def write_chart(result: dict[str, Any], path: Path) -> None:
     systems = {name: s for name, s in result.get("systems", {}).items() if s}
     recall = segment_recall(result) or {}
     fig, (left, right) = report.subplots(1, 2, figsize=(13, 4.8))
     colors = {"epistream": "#d62728", "full_context": "#1f77b4", "dense_top_k": "#2ca02c"}
     if systems:
         categories = sorted({c for s in systems.values() for c in s["per_category"]}, key=int)
-        groups = [*categories, "1-4"]
-        width = 0.8 / len(systems)
-        for i, (name, s) in enumerate(systems.items()):
-            values = [(s["per_category"].get(c) or {}).get("f1") or 0.0 for c in categories]
-            values.append((s["answerable_1_4"] or {}).get("f1") or 0.0)
-            xs = [g + (i - (len(systems) - 1) / 2) * width for g in range(len(groups))]
-            left.bar(xs, values, width, label=SYSTEM_LABELS.get(name, name), color=colors.get(name))
-        left.set_xticks(range(len(groups)),
-                        [f"{c}\n{CATEGORY_NAMES.get(int(c), '')}" if c != "1-4" else "1-4\noverall" for c in groups])
+        report.grouped_bars(left, len(categories) + 1, [
+            (SYSTEM_LABELS.get(name, name),
+             [(s["per_category"].get(c) or {}).get("f1") or 0.0 for c in categories]
+             + [(s["answerable_1_4"] or {}).get("f1") or 0.0], colors.get(name))
+            for name, s in systems.items()])
+        left.set_xticks(range(len(categories) + 1),
+                        [*(f"{c}\n{CATEGORY_NAMES.get(int(c), '')}" for c in categories), "1-4\noverall"])
         left.set_ylabel("token F1 (cat 5: abstention)")
         left.set_ylim(0, 1)
         left.legend(fontsize=8)
@@ -217,13 +213,9 @@ def write_chart(path: Path, result: dict[str, Any]) -> None:
     else:
         left.text(0.5, 0.5, "no answers", ha="center")
     if recall.get("overall"):
-        ks = recall["k"]
         configs = list(recall["overall"])
-        width = 0.8 / len(ks)
-        for i, k in enumerate(ks):
-            values = [recall["overall"][c]["recall"][str(k)] or 0.0 for c in configs]
-            xs = [g + (i - (len(ks) - 1) / 2) * width for g in range(len(configs))]
-            right.bar(xs, values, width, label=f"@{k}")
+        report.grouped_bars(right, len(configs), [
+            (f"@{k}", [recall["overall"][c]["recall"][str(k)] or 0.0 for c in configs], None) for k in recall["k"]])
         right.set_xticks(range(len(configs)), [RECALL_LABELS[c].replace(" (", "\n(") for c in configs], fontsize=8)
         right.set_ylim(0, 1)
         right.set_ylabel("turn-level evidence recall")

@@ -4,6 +4,7 @@ same texts (laid out so that the run closes no segment, see workload.segment_fre
 from __future__ import annotations
 
 import asyncio
+import math
 from argparse import Namespace
 from datetime import timedelta
 from pathlib import Path
@@ -217,8 +218,6 @@ def run_ingest(settings: Settings, url: str, run_id: str, args: Namespace) -> di
         "ingest_chunk": worker_setting(settings, "ingest_chunk"),  # the worker's, as its supervisor records it
     }
     result["cleanup"] = cleanup
-    report.write_json(args.results / "ingest.json", result)
-    report.write_chart(args.results / "ingest.png", result)
     if result["worker_breakdown"]:
         b = result["worker_breakdown"]
         print(
@@ -226,6 +225,117 @@ def run_ingest(settings: Settings, url: str, run_id: str, args: Namespace) -> di
             f"embed {b['embed_s']}s, store {b['store_s']}s, outside batches {b['outside_batches_s']}s "
             f"of {result['seconds']['ingest_wall']}s wall"
         )
-    print(f"\nwrote {args.results / 'ingest.json'} and {args.results / 'ingest.png'}\n")
-    print(report.markdown(result))
+    report.write_results(args.results / "ingest.json", result, write_chart, markdown)
     return result
+
+
+# --- the chart and the markdown -------------------------------------------------------------------
+
+def write_chart(result: dict[str, Any], path: Path) -> None:
+    t = result["throughput"]
+    labels = ["ingest\n(end to end)", "embedding\nmodel only", "COPY\n(temp table)"]
+    values = [t["ingest_turns_per_s"], t["embedding_sentences_per_s"], t["copy_rows_per_s"]]
+    colors = ["#d62728", "#1f77b4", "#2ca02c"]
+    if t.get("copy_logged_rows_per_s"):
+        labels.append("COPY\n(logged table)")
+        values.append(t["copy_logged_rows_per_s"])
+        colors.append("#98df8a")
+    fig, ax = report.subplots(figsize=(7.5, 4.5))
+    report.bars(ax, labels, values, colors, label="{:,.0f}/s")
+    ax.set_yscale("log")
+    ax.set_ylabel("items per second (log scale)")
+    ax.set_title(f"epistream ingest, {result['turns']} {result['workload']} turns, {result['machine']['nproc']} CPUs")
+    r = result["ratios"]
+    ax.text(
+        0.02,
+        0.97,
+        f"ingest / embedding = {r['ingest_over_embedding']:.2f}\n"
+        f"ingest / COPY = {r['ingest_over_copy']:.3f}\n"
+        f"embedding / COPY = {r['embedding_over_copy']:.3f}",
+        transform=ax.transAxes,
+        va="top",
+        fontsize=9,
+        bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "#ccc"},
+    )
+    # Bars start at a power of ten below the smallest, so heights compare orders of magnitude.
+    ax.set_ylim(bottom=10 ** math.floor(math.log10(min(values))), top=max(values) * 4)
+    report.save(fig, path, dpi=120)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    t, r, lat = result["throughput"], result["ratios"], result["latency_s"]
+    m = result["machine"]
+    rows = [
+        ["ingest end to end (Kafka -> worker -> PostgreSQL)", f"{t['ingest_turns_per_s']:,.1f} turns/s", "1.00x"],
+        [f"embedding model only ({result.get('embedding_model', 'ONNX')}, batch {result['embedding_batch']})",
+         f"{t['embedding_sentences_per_s']:,.1f} sentences/s", f"{1 / r['ingest_over_embedding']:.2f}x"],
+        ["plain COPY, temp table with all indexes", f"{t['copy_rows_per_s']:,.0f} rows/s",
+         f"{1 / r['ingest_over_copy']:.1f}x"],
+    ]
+    if t.get("copy_logged_rows_per_s"):
+        rows.append(["plain COPY, logged table with all indexes", f"{t['copy_logged_rows_per_s']:,.0f} rows/s",
+                     f"{t['copy_logged_rows_per_s'] / t['ingest_turns_per_s']:.1f}x"])
+    rows += [
+        ["produce -> searchable latency p50 / p95, all turns sent at once",
+         f"{lat['p50']:.2f} s / {lat['p95']:.2f} s", ""],
+        ["produce -> searchable latency p50, idle worker (warm-up turns)", f"{lat['unloaded_p50']:.2f} s", ""],
+    ]
+    lines = [
+        f"Ingest benchmark: {result['turns']} turns ({result['workload']}), {m['nproc']} CPUs, "
+        f"Python {m['python']}, commit {m['git_commit'] or 'unknown'}, {m['timestamp']}",
+        "",
+        report.table(["measure", "rate", "vs ingest"], rows),
+        "",
+        *_breakdown_line(result.get("worker_breakdown"), result["seconds"]["ingest_wall"]),
+        *_cores_line(result.get("cores_used"), m["nproc"]),
+        *_per_cpu_line(result.get("per_cpu_second")),
+        *_concurrent_line(result.get("concurrent_enrichment")),
+        f"Ratios: ingest/embedding {r['ingest_over_embedding']:.2f}, ingest/COPY {r['ingest_over_copy']:.3f}, "
+        f"embedding/COPY {r['embedding_over_copy']:.3f}.",
+    ]
+    return "\n".join(lines)
+
+
+def _breakdown_line(b: dict[str, Any] | None, wall_s: float) -> list[str]:
+    """Where the worker's wall time went, from its own histograms (absent when /metrics was unreadable)."""
+    if not b:
+        return []
+    share = {k: 100 * b[k] / wall_s for k in ("embed_s", "store_s", "outside_batches_s")}
+    return [
+        f"Ingest wall time: embedding {share['embed_s']:.0f}%, upsert+commit {share['store_s']:.0f}%, "
+        f"outside batches (Kafka, Faust, waits) {share['outside_batches_s']:.0f}% "
+        f"({b['batches']} batches of ~{b['mean_batch_turns']:.0f} turns).",
+        "",
+    ]
+
+
+def _cores_line(cores: dict[str, float | None] | None, nproc: int) -> list[str]:
+    if not cores or not all(cores.values()):
+        return []
+    return [
+        f"Cores used (of {nproc}): ingest worker {cores['ingest_worker']:.2f}, embedding {cores['embedding']:.2f}.",
+        "",
+    ]
+
+
+def _per_cpu_line(per_cpu: dict[str, float] | None) -> list[str]:
+    if not per_cpu:
+        return []
+    return [
+        f"Per CPU-second: ingest worker {per_cpu['ingest_worker_turns']:.1f} turns, embedding "
+        f"{per_cpu['embedding_sentences']:.1f} sentences (ratio {per_cpu['ingest_over_embedding']:.2f}).",
+        "",
+    ]
+
+
+def _concurrent_line(concurrent: dict[str, Any] | None) -> list[str]:
+    """What else used the cores during the measured run: the model server enriching, neighbours."""
+    if not concurrent or not concurrent.get("cpu"):
+        return []
+    cpu = concurrent["cpu"]
+    others = ", ".join(f"{p['process']} {p['cpu_s']:.0f}" for p in cpu["top_processes"][:4])
+    return [
+        f"Meanwhile (warm-up + ingest, {cpu['wall_s']:.0f} s x {cpu['cores']} cores): {cpu['machine_busy_cpu_s']:.0f} "
+        f"CPU-s used: {others}; extractor model calls finished: {concurrent['extractor_calls']}.",
+        "",
+    ]

@@ -693,12 +693,7 @@ def run_from_args(args: argparse.Namespace, *, settings: Settings | None = None)
         sys.exit(f"bench.locomo_eval: {exc}")
     result["timings"]["total_s"] = round(time.perf_counter() - started, 1)
     result["machine"] = report.machine_info(ROOT)
-    out = Path(args.out)
-    report.write_json(out, result)
-    chart = out.with_suffix(".png")
-    eval_report.write_chart(chart, result)
-    print(f"\nwrote {out} and {chart}\n")
-    print(eval_report.markdown(result))
+    report.write_results(Path(args.out), result, eval_report.write_chart, eval_report.markdown)
     return 0
 
 

@@ -69,9 +69,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig, ax = report.subplots(figsize=(6, 2.4))
     labels = [f"switch {result['from']} → {result['to']} (in place)", f"{result['to']} alone, same texts"]
     values = [result["switch_rows_per_s"], result["bare_per_s"]]
-    ax.barh(labels, values, color=["tab:blue", "tab:gray"])
-    for y, v in enumerate(values):
-        ax.text(v, y, f" {v:,.0f}/s", va="center")
+    report.bars(ax, labels, values, ["tab:blue", "tab:gray"], label="{:,.0f}/s", horizontal=True)
     ax.set_xlabel("rows (texts) per second, 2 cores")
     ax.set_xlim(0, max(values) * 1.3)
     report.save(fig, path)

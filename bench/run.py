@@ -20,7 +20,6 @@ from pathlib import Path
 from epistream.settings.processes import Settings
 from epistream.storage.db import admin_database_url
 
-from . import enrich_report
 from .enrich import EnrichOptions, run_enrich
 from .ingest_phase import QUICK_TURNS, run_ingest
 from .stack import restart_ingest_worker, up, worker_setting
@@ -113,9 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             max_minutes=args.max_minutes, stall_minutes=args.stall_minutes, keep=args.keep, quick=quick,
             results=args.results,
         )
-        result = run_enrich(settings, url, run_id, opts)
-        print(f"\nwrote {args.results / enrich_report.JSON_NAME} and {args.results / enrich_report.PNG_NAME}\n")
-        print(enrich_report.markdown(result))
+        run_enrich(settings, url, run_id, opts)
     print("\nThe stack is left running; `epistream down` (or `make down`) stops it.")
     return 0
 

@@ -140,22 +140,21 @@ def summary(phases: list[dict[str, Any]]) -> dict[str, Any]:
 def plot(result: dict[str, Any], path: Path) -> None:
     s = result["summary"]
     fig, (left, right) = report.subplots(1, 2, figsize=(9, 3.6))
-    left.bar(["off", "on"], [s["turns_per_s"]["off"], s["turns_per_s"]["on"]], color=["#888", "#3a7"])
+    report.bars(left, ["off", "on"], [s["turns_per_s"]["off"], s["turns_per_s"]["on"]], ["#888", "#3a7"])
     left.set_title("ingest turns/s (median of phases)")
-    right.bar(["p50 off", "p50 on", "p95 off", "p95 on"],
-              [s["context_p50_ms"]["off"], s["context_p50_ms"]["on"], s["context_p95_ms"]["off"],
-               s["context_p95_ms"]["on"]], color=["#888", "#3a7", "#888", "#3a7"])
+    report.bars(right, ["p50 off", "p50 on", "p95 off", "p95 on"],
+                [s["context_p50_ms"]["off"], s["context_p50_ms"]["on"], s["context_p95_ms"]["off"],
+                 s["context_p95_ms"]["on"]], ["#888", "#3a7", "#888", "#3a7"])
     right.set_title("context read latency (ms)")
     report.save(fig, path)
 
 
 def markdown(result: dict[str, Any]) -> str:
     s = result["summary"]
-    lines = ["| | tracing off | tracing on | on / off |", "|---|---:|---:|---:|"]
-    for key, label in (("turns_per_s", "ingest turns/s"), ("context_p50_ms", "context p50 (ms)"),
-                       ("context_p95_ms", "context p95 (ms)")):
-        lines.append(f"| {label} | {s[key]['off']} | {s[key]['on']} | {s[key]['on_over_off']} |")
-    return "\n".join(lines)
+    labels = {"turns_per_s": "ingest turns/s", "context_p50_ms": "context p50 (ms)",
+              "context_p95_ms": "context p95 (ms)"}
+    return report.table(["", "tracing off", "tracing on", "on / off"],
+                        ([label, s[key]["off"], s[key]["on"], s[key]["on_over_off"]] for key, label in labels.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                 phases.append(figures)
     result = {"machine": report.machine_info(ROOT), "turns": args.turns, "reads": args.reads, "rounds": args.rounds,
               "phases": phases, "summary": summary(phases)}
-    report.write_results(args.results / JSON_NAME, result, plot)
-    print(markdown(result))
+    report.write_results(args.results / JSON_NAME, result, plot, markdown)
     return 0
 
 

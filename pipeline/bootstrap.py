@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 class WorkerResources(Service):
-    """The process's shared clients (:class:`epistream.resources.Resources`: pool, embedder) and the
+    """The process's shared clients (:class:`epistream.ops.resources.Resources`: pool, embedder) and the
     metrics endpoint, opened before the agents run (a Faust dependency). A worker names itself and its
     metrics port, and builds what only it needs in :meth:`opened`."""
 

@@ -89,9 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     options = {"quick": args.quick, "only": args.only, "run_id": run_id, "size": size.__dict__,
                "durations": durations.__dict__}
     result = report.build(ROOT, options, results, hostile)
-    json_path, png_path = report.write(args.out, result)
-    print(f"\nwrote {json_path} and {png_path}\n")
-    print(report.markdown(result))
+    report.write(args.out, result, final=True)
     bad = result["summary"]["lost"] or result["summary"]["duplicated"] or \
         result["summary"]["scenarios_with_failed_invariants"] or result["hostile"].get("failed")
     return 1 if bad else 0

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.report import machine_info, write_json
+from bench.report import machine_info
 
 JSON_NAME = "faults.json"
-PNG_NAME = "faults.png"
 BARS = (("produced", "#7f7f7f"), ("stored", "#2ca02c"), ("lost", "#d62728"), ("duplicated", "#ff7f0e"),
         ("dead_lettered", "#9467bd"))
 
@@ -34,20 +33,17 @@ def build(root: Path, options: dict[str, Any], scenarios: list[dict[str, Any]],
     }
 
 
-def write(results: Path, result: dict[str, Any]) -> tuple[Path, Path]:
-    json_path, png_path = results / JSON_NAME, results / PNG_NAME
-    write_json(json_path, result)
-    write_chart(png_path, result["scenarios"])
-    return json_path, png_path
+def write(results: Path, result: dict[str, Any], *, final: bool = False) -> None:
+    """The JSON and the chart; the final write prints the markdown table too."""
+    report.write_results(results / JSON_NAME, result, write_chart, markdown if final else None)
 
 
-def write_chart(path: Path, scenarios: list[dict[str, Any]]) -> None:
+def write_chart(result: dict[str, Any], path: Path) -> None:
+    scenarios = result["scenarios"]
     names = [s["name"] for s in scenarios]
     fig, (counts, recover) = report.subplots(2, 1, figsize=(max(8, 1.1 * len(names) + 3), 8), sharex=True)
-    width = 0.8 / len(BARS)
-    for k, (field, color) in enumerate(BARS):
-        xs = [i + (k - (len(BARS) - 1) / 2) * width for i in range(len(names))]
-        counts.bar(xs, [s[field] for s in scenarios], width, label=field.replace("_", "-"), color=color)
+    report.grouped_bars(counts, len(names), [(field.replace("_", "-"), [s[field] for s in scenarios], color)
+                                             for field, color in BARS])
     counts.set_ylabel("records")
     counts.set_title("fault-injection suite: per scenario")
     counts.legend(ncols=len(BARS), fontsize=8)
@@ -59,13 +55,13 @@ def write_chart(path: Path, scenarios: list[dict[str, Any]]) -> None:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = ["| scenario | produced | stored | lost | duplicated | dead-lettered | recover s | invariants |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    rows = []
     for s in result["scenarios"]:
         bad = failed_invariants(s)
-        lines.append(f"| {s['name']} | {s['produced']} | {s['stored']} | {s['lost']} | {s['duplicated']} | "
-                     f"{s['dead_lettered']} | {s['recover_s']} | {'failed: ' + ', '.join(bad) if bad else 'ok'} |")
+        rows.append([s["name"], s["produced"], s["stored"], s["lost"], s["duplicated"], s["dead_lettered"],
+                     s["recover_s"], "failed: " + ", ".join(bad) if bad else "ok"])
     h = result["hostile"]
-    lines.append(f"\nHostile inputs: {h.get('cases', 0)} cases, {h.get('failed', 0)} failed"
-                 + (f" ({h['source']})" if h.get("source") else ""))
-    return "\n".join(lines)
+    return (report.table(["scenario", "produced", "stored", "lost", "duplicated", "dead-lettered", "recover s",
+                          "invariants"], rows, "lrrrrrrl")
+            + f"\n\nHostile inputs: {h.get('cases', 0)} cases, {h.get('failed', 0)} failed"
+            + (f" ({h['source']})" if h.get("source") else ""))
