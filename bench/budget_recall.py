@@ -212,23 +212,28 @@ def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no
     left with their switches: docs/experiments.md.) Over an enriched memory, also the read without each
     of what enrichment adds (gists, facts, the gists' source turns), with none of it, with gists and
     facts ranked by their own score among the turns (the default ranks them after), and with the source turns of the best facts (entity links)."""
-    from epistream.consumers.context import Neighbours, Sources, Structured
+    from epistream.consumers.retrieval import Neighbours, Sources, Structured
 
     memo = MemoEmbedder(embedder)
     no_speakers = replace(recipes, turns=replace(recipes.turns, speaker_bonus=0.0))
     rrf_60 = replace(recipes, turns=replace(recipes.turns, rrf_k=60))
-    no_sources = Sources(gists=0)
+    read = recipes.context
+    no_sources = replace(read, sources=Sources(gists=0))
     enrichment = [
-        ContextRead(memory, recipes, memo, name="context_no_gists", structured=Structured(gists=False)),
-        ContextRead(memory, recipes, memo, name="context_no_facts", structured=Structured(facts=False)),
-        ContextRead(memory, recipes, memo, name="context_no_sources", sources=no_sources),
-        ContextRead(memory, recipes, memo, name="context_turns_only", sources=no_sources,
-                    structured=Structured(gists=False, facts=False)),
-        ContextRead(memory, recipes, memo, name="context_structured_by_score", structured=Structured(weight=1.0)),
-        ContextRead(memory, recipes, memo, name="context_fact_sources", sources=Sources(facts=5)),
+        ContextRead(memory, recipes, memo, name="context_no_gists",
+                    read=replace(read, structured=Structured(gists=False))),
+        ContextRead(memory, recipes, memo, name="context_no_facts",
+                    read=replace(read, structured=Structured(facts=False))),
+        ContextRead(memory, recipes, memo, name="context_no_sources", read=no_sources),
+        ContextRead(memory, recipes, memo, name="context_turns_only",
+                    read=replace(no_sources, structured=Structured(gists=False, facts=False))),
+        ContextRead(memory, recipes, memo, name="context_structured_by_score",
+                    read=replace(read, structured=Structured(weight=1.0))),
+        ContextRead(memory, recipes, memo, name="context_fact_sources", read=replace(read, sources=Sources(facts=5))),
     ] if enriched else []
     return [ContextRead(memory, recipes, memo), *enrichment,
-            ContextRead(memory, recipes, memo, name="context_no_neighbours", neighbours=Neighbours(seeds=0)),
+            ContextRead(memory, recipes, memo, name="context_no_neighbours",
+                        read=replace(read, neighbours=Neighbours(seeds=0))),
             ContextRead(memory, no_speakers, memo, name="context_no_speakers"),
             ContextRead(memory, rrf_60, memo, name="context_rrf_k_60"),
             StoredTurns("fused_turns", memory, recipes), StoredTurns("dense_turns", memory, recipes, dense_only=True),
@@ -284,7 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     result["timings"]["total_s"] = round(time.perf_counter() - started, 1)
     result["machine"] = report.machine_info(ROOT)
     out = args.out / DEFAULT_OUT.name if args.out.is_dir() or not args.out.suffix else args.out
-    report.write_results(out, result, write_chart, markdown)
+    report.write_json(out, result)
+    chart = out.with_suffix(".png")
+    write_chart(chart, result)
+    print(f"\nwrote {out} and {chart}\n")
+    print(markdown(result))
     return 0
 
 
@@ -376,7 +385,7 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def write_chart(result: dict[str, Any], path: Path) -> None:
+def write_chart(path: Path, result: dict[str, Any]) -> None:
     """Recall vs budget, one line per system, a panel per split."""
     from matplotlib.ticker import NullFormatter
 

@@ -47,17 +47,9 @@ import numpy as np
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from epistream.consumers.context import (
-    NEIGHBOURS,
-    SOURCES,
-    STRUCTURED,
-    Neighbours,
-    Sources,
-    Structured,
-    build_context,
-)
+from epistream.consumers.context import build_context
 from epistream.consumers.modes.deep import read_windows, route_question
-from epistream.consumers.retrieval import DENSE_TURNS, Recipes, search_turns
+from epistream.consumers.retrieval import DENSE_TURNS, ContextRecipe, Recipes, search_turns
 from epistream.contracts.questions import Mode, Question
 from epistream.contracts.turns import SegmentCloseRequest, Turn
 from epistream.core.metrics import Metrics
@@ -513,21 +505,18 @@ class ContextRead:
     budget_aware = True
 
     def __init__(self, memory: Memory, recipes: Recipes, embedder: MemoEmbedder, *, name: str = "context",
-                 neighbours: Neighbours = NEIGHBOURS, sources: Sources = SOURCES,
-                 structured: Structured = STRUCTURED) -> None:
+                 read: ContextRecipe | None = None) -> None:
         self.name = name
         self._memory = memory
         self._deps = _ContextDeps(memory.pool, embedder, recipes)
-        self._neighbours = neighbours
-        self._sources = sources
-        self._structured = structured
+        self._read = read or recipes.context  # a variant of the read, else the recipes' own
         self.latencies_ms: dict[int, list[float]] = {}  # per budget: the read's own latency (its reply's latency_ms)
 
     async def pieces(self, query: Query, budget: int) -> Sequence[Piece]:
-        context = await build_context(self._deps, tenant=self._memory.tenant, question=query.question,  # type: ignore[arg-type]
-                                      asked_at=query.asked_at, budget_tokens=budget,
-                                      conversation_ids=[query.conversation_id], neighbours=self._neighbours,
-                                      sources=self._sources, structured=self._structured)
+        question = Question(question_id=query.key, tenant=self._memory.tenant, question=query.question,
+                            asked_at=query.asked_at, mode=Mode.CONTEXT, budget_tokens=budget,
+                            conversation_ids=[query.conversation_id])
+        context = await build_context(question, self._deps, self._read)  # type: ignore[arg-type]
         self.latencies_ms.setdefault(budget, []).append(context.latency_ms)
         return [Piece(tuple(item.turn_ids), item.line, item.tokens, verbatim=item.kind == "turn")
                 for item in context.items]

@@ -78,7 +78,7 @@ async def load_segments(conn: AsyncConnection, tenant: str, routed: list[RoutedS
     for segment in routed:
         found = await load_turns(conn, tenant=tenant, conversation_id=segment.conversation_id,
                                  turn_ids=segment.turn_ids)
-        turns = [SegmentTurnText(r["turn_id"], r["speaker"], r["text"], r["ts"]) for r in found]
+        turns = [SegmentTurnText(t.turn_id, t.speaker, t.text, t.ts) for t in found]
         if turns:
             texts.append(SegmentText(segment.segment_id, segment.conversation_id, turns))
     return texts

@@ -9,11 +9,12 @@ filter). Facts are the current ones, and superseded ones too when the question a
 
 The period the question names ("last week", "in May 2023", resolved against when it was asked:
 consumers/timefilter.py, understood once) filters nothing: the same searches run once more within
-it, and everything about it ranks first (``PERIOD_BOOST``): turns said in it or whose relative dates
+it, and everything about it ranks first (the recipe's ``period_boost``): turns said in it or whose relative dates
 fall in it, gists whose event falls in it, facts that held then, the turns beside them or a gist
 was written from; for a question about a state ("where did Alice live in February 2024?")
 everything said before the period's end. consumers/packing.py ranks them in one list,
-deduplicates and packs them into the budget.
+deduplicates and packs them into the budget. How much of each it reads, and how it weighs them, is
+one frozen ContextRecipe (consumers/retrieval/recipes.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, Protocol
 
 from psycopg import AsyncConnection
 
-from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, Question, TimeRange, check_budget
+from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, Question, check_budget
 from epistream.contracts.replies import MemoryContext
 from epistream.core.dates import RELATIVE_PATTERN
 from epistream.core.metrics import Metrics
@@ -46,6 +47,10 @@ from .packing import (
     with_dates,
 )
 from .retrieval import (
+    PERIOD_BOOST,
+    ContextRecipe,
+    NamedFact,
+    NearGist,
     NeighbourTurn,
     Recipes,
     RetrievedTurn,
@@ -55,61 +60,7 @@ from .retrieval import (
     neighbour_turns,
     turns_at,
 )
-from .timefilter import DateRange, QuestionTime, Window, understand
-
-#: A turn's line is rarely under this many tokens (date, speaker, a few words): the budget over it
-#: is how many turns the fused search is asked for, so a larger budget reads deeper.
-TOKENS_PER_TURN_FLOOR = 10
-MAX_TURN_CANDIDATES = 1_000
-#: Gists and facts asked for: one per this many tokens of budget, within the bounds.
-TOKENS_PER_STRUCTURED = 100
-GIST_CANDIDATES = (5, 100)
-FACT_CANDIDATES = (10, 100)
-
-
-@dataclass(frozen=True)
-class Sources:
-    """The source turns of the best ``gists`` gists and of the best ``facts`` facts (entity links: the
-    facts about an entity the question names, to the turns they were extracted from), each ranked at
-    ``share`` of its origin's score. Measured on the enriched dev split (docs/benchmarks/budget-recall.md)."""
-
-    gists: int = 5
-    facts: int = 0
-    share: float = 0.9
-
-
-SOURCES = Sources()
-
-
-@dataclass(frozen=True)
-class Structured:
-    """What enrichment wrote takes part in the read: gists and facts, each ranked at ``weight`` of its
-    fused score (0: after every turn of the same standing towards the question's period). Their source
-    turns are verbatim and keep their origin's own score (Sources). Ranked last by default: with the
-    135M extractor's gists and facts, the enriched report conversation's recall at 4,000 tokens is 0.941
-    with them ranked by score and 0.949 with them last, equal below (docs/benchmarks/budget-recall.md);
-    a capable extractor may change that, and the eval's context_structured_* rows will show it."""
-
-    gists: bool = True
-    facts: bool = True
-    weight: float = 0.0
-
-
-STRUCTURED = Structured()
-
-
-@dataclass(frozen=True)
-class Neighbours:
-    """The turns beside the best ``seeds`` turn hits (``each_side`` before and after), each ranked at
-    ``share`` of its seed's score. Chosen on the pick split (bench.budget_recall's context_* rows): at
-    1,000 tokens none 0.716, 3 at 0.95 0.729, 5 at 0.9 0.729, 10 at 0.8 0.742."""
-
-    seeds: int = 10
-    each_side: int = 1
-    share: float = 0.8
-
-
-NEIGHBOURS = Neighbours()
+from .timefilter import DateRange, QuestionTime, Window
 
 
 class ContextDeps(SearchDeps, Protocol):
@@ -119,36 +70,21 @@ class ContextDeps(SearchDeps, Protocol):
     def recipes(self) -> Recipes: ...
 
 
-def candidate_counts(budget_tokens: int, recipe: TurnRecipe) -> tuple[TurnRecipe, int, int]:
-    """The turn recipe deep enough for the budget, and how many gists and facts to read."""
-    turns = min(MAX_TURN_CANDIDATES, max(recipe.top_k, -(-budget_tokens // TOKENS_PER_TURN_FLOOR)))
-    structured = budget_tokens // TOKENS_PER_STRUCTURED
-    return (replace(recipe, top_k=turns, pool=max(recipe.pool, turns)),
-            min(GIST_CANDIDATES[1], max(GIST_CANDIDATES[0], structured)),
-            min(FACT_CANDIDATES[1], max(FACT_CANDIDATES[0], structured)))
-
-
-#: Added to the score of memory about the question's period: more than any fused score (two pathways at
-#: rank 1 and the speaker bonus stay under 0.1), so it all ranks first, each kind in its own order, and
-#: the rest after it, as the read ranked it before.
-PERIOD_BOOST = 1.0
-
-
 @dataclass(frozen=True)
 class Found:
-    """A candidate as its pathway scored it, and whether it is about the question's period."""
+    """A candidate as its pathway scored it, whether it is about the question's period, and what being
+    about it adds to its score (the recipe's ``period_boost``)."""
 
     candidate: Candidate
     about: bool
+    boost: float = PERIOD_BOOST
 
     @cached_property  # compared and ranked more than once: built once
     def ranked(self) -> Candidate:
         """The candidate as the read ranks it: about the period, boosted."""
         if not self.about:
             return self.candidate
-        fields = self.candidate.fields
-        return replace(self.candidate, score=self.candidate.score + PERIOD_BOOST,
-                       fields={**fields, "scores": {**fields["scores"], "period": PERIOD_BOOST}})
+        return self.candidate.plus("period", self.boost)
 
 
 def best_first(found: Sequence[Found]) -> list[Found]:
@@ -162,33 +98,33 @@ def best_first(found: Sequence[Found]) -> list[Found]:
     return sorted(by_key.values(), key=lambda f: ranked[f.candidate.key])
 
 
-def found_turn(candidate: Candidate, when: QuestionTime, said_about: DateRange | None) -> Found:
+def found_turn(candidate: Candidate, when: QuestionTime, said_about: DateRange | None,
+               boost: float = PERIOD_BOOST) -> Found:
     """A turn is about the period when it was said in ``said_about`` or a relative date it uses falls in
     the period (its dates are then resolved here, once: packing keeps them)."""
     if said_about is None:
-        return Found(candidate, False)
-    said: datetime = candidate.fields["time"]
-    if said_about.start <= said < said_about.end:
-        return Found(candidate, True)
-    if not RELATIVE_PATTERN.search(candidate.fields["text"]):
-        return Found(candidate, False)
+        return Found(candidate, False, boost)
+    if said_about.start <= candidate.time < said_about.end:
+        return Found(candidate, True, boost)
+    if not RELATIVE_PATTERN.search(candidate.text):
+        return Found(candidate, False, boost)
     dated = with_dates(candidate)
-    return Found(dated, any(when.is_about(p.start, p.end) for p in dated.fields["dates"]))
+    return Found(dated, any(when.is_about(p.start, p.end) for p in dated.dates), boost)
 
 
-def gist_is_about(row: dict[str, Any], when: QuestionTime) -> bool:
+def gist_is_about(row: NearGist, when: QuestionTime) -> bool:
     """Whether a gist's event (the days the query's ``gist_days`` gives it) falls in the period."""
-    return when.is_about(row["first_day"], row["last_day"])
+    return when.is_about(row.first_day, row.last_day)
 
 
-def fact_is_about(row: dict[str, Any], when: QuestionTime) -> bool:
+def fact_is_about(row: NamedFact, when: QuestionTime) -> bool:
     """Whether a fact held in the period (the days the query's ``fact_days`` gives it); a state question
     also takes an undated statement said before the period's end as holding then."""
     if when.period is None:
         return False
-    undated = row["point_in_time"] is None and row["start_time"] is None and row["end_time"] is None
-    first = row["first_day"] or date.min
-    last = date.max if row["last_day"] is None or (undated and when.state) else row["last_day"]
+    undated = row.point_in_time is None and row.start_time is None and row.end_time is None
+    first = row.first_day or date.min
+    last = date.max if row.last_day is None or (undated and when.state) else row.last_day
     period_first, period_last = when.period.range.days  # the period itself: a state that ended before it is not
     return first <= period_last and last >= period_first
 
@@ -197,63 +133,71 @@ def derived(turn: NeighbourTurn, origin: Found, make: Callable[[RetrievedTurn, C
             share: float, when: QuestionTime, said_about: DateRange | None) -> Found:
     """A turn found through another item (beside a seed, the source of a gist): about the period when
     its origin is, or when it is itself."""
-    own = found_turn(make(turn.turn, origin.candidate, turn.seed, share), when, said_about)
-    return Found(own.candidate, own.about or origin.about)
+    own = found_turn(make(turn.turn, origin.candidate, turn.seed, share), when, said_about, origin.boost)
+    return replace(own, about=own.about or origin.about)
 
 
-async def _period_reads(conn: AsyncConnection, found: FoundTurns, *, tenant: str, question: str,
-                        conversation_ids: list[str] | None, recipe: TurnRecipe, gists: int, facts: int, past: bool,
-                        window: Window) -> tuple[list[RetrievedTurn], list[dict[str, Any]], list[dict[str, Any]]]:
+def weighted(found: Found, weight: float) -> Found:
+    """A gist or fact at ``weight`` of its fused score (its standing towards the period unchanged)."""
+    if weight == 1.0:
+        return found
+    return replace(found, candidate=replace(found.candidate, score=found.candidate.score * weight))
+
+
+async def _period_reads(conn: AsyncConnection, found: FoundTurns, question: Question, *, recipe: TurnRecipe,
+                        gists: int, facts: int, past: bool,
+                        window: Window) -> tuple[list[RetrievedTurn], list[NearGist], list[NamedFact]]:
     """The turns, gists and facts the read finds within the question's period."""
     first, last = window.days
+    tenant, conversation_ids = question.tenant, question.conversation_ids
     turns = await best_turns_within(conn, found, tenant=tenant, conversation_ids=conversation_ids, recipe=recipe,
                                     start=window.start, end=window.end)
     gist_rows = await nearest_gists(conn, tenant=tenant, vector=found.vector, conversation_ids=conversation_ids,
                                     limit=gists, first_day=first, last_day=last)
-    fact_rows = await facts_named(conn, tenant=tenant, question=question, conversation_ids=conversation_ids,
+    fact_rows = await facts_named(conn, tenant=tenant, question=question.question, conversation_ids=conversation_ids,
                                   limit=facts, with_superseded=past, first_day=first, last_day=last)
     return turns, gist_rows, fact_rows
 
 
-async def _candidates(deps: ContextDeps, *, tenant: str, question: str, conversation_ids: list[str] | None,
-                      when: QuestionTime, budget_tokens: int, neighbours: Neighbours,
-                      sources: Sources, structured: Structured) -> list[Candidate]:
-    recipe, gists, facts = candidate_counts(budget_tokens, deps.recipes.turns)
+async def _candidates(deps: ContextDeps, question: Question, *, when: QuestionTime, budget_tokens: int,
+                      read: ContextRecipe) -> list[Candidate]:
+    neighbours, sources, structured, boost = read.neighbours, read.sources, read.structured, read.period_boost
+    recipe, gists, facts = read.candidate_counts(budget_tokens, deps.recipes.turns)
     gists = gists if structured.gists or sources.gists else 0  # sources need their gists, shown or not
     facts = facts if structured.facts or sources.facts else 0
+    tenant, conversation_ids = question.tenant, question.conversation_ids
     asked = when.asked
     first_day, last_day = asked.days
     about = when.said_about()
     in_period = None if about is None else asked.meet(about)
     async with deps.pool.connection() as conn, tenant_scope(conn, tenant):
-        found = await best_turns(conn, deps.embedder, tenant=tenant, question=question,
+        found = await best_turns(conn, deps.embedder, tenant=tenant, question=question.question,
                                  conversation_ids=conversation_ids, recipe=recipe, start=asked.start, end=asked.end)
         turns, vector = list(found.turns), found.vector
         gist_lists = [await nearest_gists(conn, tenant=tenant, vector=vector, conversation_ids=conversation_ids,
                                           limit=gists, first_day=first_day, last_day=last_day)]
-        fact_lists = [await facts_named(conn, tenant=tenant, question=question, conversation_ids=conversation_ids,
-                                        limit=facts, with_superseded=when.past, first_day=first_day,
-                                        last_day=last_day)]
+        fact_lists = [await facts_named(conn, tenant=tenant, question=question.question,
+                                        conversation_ids=conversation_ids, limit=facts, with_superseded=when.past,
+                                        first_day=first_day, last_day=last_day)]
         if in_period is not None and not in_period.empty:
             # The same searches within the period: what is about it may rank too low in the whole memory.
             period_turns, period_gists, period_facts = await _period_reads(
-                conn, found, tenant=tenant, question=question, conversation_ids=conversation_ids, recipe=recipe,
-                gists=gists, facts=facts, past=when.past, window=in_period)
+                conn, found, question, recipe=recipe, gists=gists, facts=facts, past=when.past, window=in_period)
             turns = period_turns + turns
             gist_lists.insert(0, period_gists)
             fact_lists.insert(0, period_facts)
         by_key = {("turn", t.conversation_id, t.turn_id): t for t in turns}
-        seeds = best_first([found_turn(turn_candidate(t), when, about) for t in turns])
+        seeds = best_first([found_turn(turn_candidate(t), when, about, boost) for t in turns])
         seed_turns: list[RetrievedTurn] = [by_key[s.candidate.key] for s in seeds[: neighbours.seeds]]
         beside = await neighbour_turns(conn, tenant=tenant, seeds=seed_turns, each_side=neighbours.each_side,
                                        start=asked.start, end=asked.end)
-        gists_found = best_first([Found(gist_candidate(row, n, recipe.rrf_k), gist_is_about(row, when))
+        gists_found = best_first([Found(gist_candidate(row, n, recipe.rrf_k), gist_is_about(row, when), boost)
                                   for rows in gist_lists for n, row in enumerate(rows, start=1)])
-        facts_found = best_first([Found(fact_candidate(row, n, recipe.rrf_k), fact_is_about(row, when))
+        facts_found = best_first([Found(fact_candidate(row, n, recipe.rrf_k), fact_is_about(row, when), boost)
                                   for rows in fact_lists for n, row in enumerate(rows, start=1)])
         origins = gists_found[: sources.gists] + facts_found[: sources.facts]
-        wanted = [(o.candidate.fields["conversation_id"], turn_id, n)
-                  for n, o in enumerate(origins, start=1) for turn_id in o.candidate.fields["turn_ids"]]
+        wanted = [(o.candidate.conversation_id, turn_id, n)
+                  for n, o in enumerate(origins, start=1) for turn_id in o.candidate.turn_ids]
         sourced = await turns_at(conn, tenant=tenant, wanted=wanted, start=asked.start, end=asked.end)
     everything = (seeds
                   + [derived(n, seeds[n.seed - 1], neighbour_candidate, neighbours.share, when, about) for n in beside]
@@ -263,48 +207,23 @@ async def _candidates(deps: ContextDeps, *, tenant: str, question: str, conversa
     return [f.ranked for f in everything]
 
 
-def weighted(found: Found, weight: float) -> Found:
-    """A gist or fact at ``weight`` of its fused score (its standing towards the period unchanged)."""
-    if weight == 1.0:
-        return found
-    return Found(replace(found.candidate, score=found.candidate.score * weight), found.about)
-
-
-async def build_context(
-    deps: ContextDeps, *, tenant: str, question: str, asked_at: datetime | None,
-    budget_tokens: int = CONTEXT_BUDGET_DEFAULT, time_range: TimeRange | None = None,
-    conversation_ids: list[str] | None = None, question_id: str = "in-process",
-    neighbours: Neighbours = NEIGHBOURS, sources: Sources = SOURCES, when: QuestionTime | None = None,
-    structured: Structured = STRUCTURED,
-) -> MemoryContext:
-    """The best memory for ``question`` within ``budget_tokens`` (estimate_tokens of the text block),
-    ranked best first, as a MemoryContext; no model call (the question is embedded here, without
-    the names of the speakers it names). ``when``: the question's time when the caller understood
-    it already (else understood here from ``asked_at`` and ``time_range``)."""
+async def build_context(question: Question, deps: ContextDeps, recipe: ContextRecipe, *,
+                        budget_tokens: int = CONTEXT_BUDGET_DEFAULT, when: QuestionTime | None = None) -> MemoryContext:
+    """The best memory for ``question`` within its own budget (else ``budget_tokens``; estimate_tokens
+    of the text block), ranked best first, as a MemoryContext; no model call (the question is embedded
+    here, without the names of the speakers it names). ``when``: the question's time when the caller
+    understood it already (else understood here)."""
     started = time.perf_counter()
-    check_budget(budget_tokens)
-    when = when or understand(question, asked_at, time_range)
+    budget = check_budget(question.budget_tokens or budget_tokens)
+    when = when or QuestionTime.of(question)
     candidates: list[Candidate] = []
     if not when.asked.empty:
-        candidates = await _candidates(deps, tenant=tenant, question=question, conversation_ids=conversation_ids,
-                                       when=when, budget_tokens=budget_tokens, neighbours=neighbours,
-                                       sources=sources, structured=structured)
-    packed = pack(rank(candidates), budget_tokens)
+        candidates = await _candidates(deps, question, when=when, budget_tokens=budget, read=recipe)
+    packed = pack(rank(candidates), budget)
     return MemoryContext(
-        question_id=question_id, tenant=tenant, asked_at=when.asked_at, items=packed.items, text=packed.text,
-        budget_tokens=budget_tokens, used_tokens=packed.used_tokens, time_range=time_range,
+        question_id=question.question_id, tenant=question.tenant, asked_at=when.asked_at, items=packed.items,
+        text=packed.text, budget_tokens=budget, used_tokens=packed.used_tokens, time_range=question.time_range,
         resolved=list(when.resolved), past=when.past, latency_ms=round((time.perf_counter() - started) * 1000, 2),
-    )
-
-
-async def context_for(question: Question, deps: ContextDeps, *, budget_tokens: int,
-                      when: QuestionTime | None = None) -> MemoryContext:
-    """The context a question reads (context and fast modes), its own budget before ``budget_tokens``."""
-    return await build_context(
-        deps, tenant=question.tenant, question=question.question, asked_at=question.asked_at,
-        budget_tokens=question.budget_tokens or budget_tokens, time_range=question.time_range,
-        conversation_ids=question.conversation_ids, question_id=question.question_id,
-        when=when or QuestionTime.of(question),
     )
 
 
@@ -315,7 +234,7 @@ class MetricDeps(ContextDeps, Protocol):
 
 async def read_context(question: Question, deps: MetricDeps) -> MemoryContext:
     """A `context` question's reply, counted and timed (its latency also in the reply)."""
-    context = await context_for(question, deps, budget_tokens=CONTEXT_BUDGET_DEFAULT)
+    context = await build_context(question, deps, deps.recipes.context)
     deps.metrics.questions_answered.labels("context", "answered" if context.items else "empty").inc()
     deps.metrics.context_read_seconds.observe(context.latency_ms / 1000)
     return context

@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from psycopg import sql
+from psycopg import AsyncConnection, sql
 
 from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, Mode, Question
 from epistream.contracts.replies import MemoryContext
@@ -20,8 +20,9 @@ from epistream.errors import ContractError
 from epistream.storage.db import tenant_scope
 
 from .context import MetricDeps
-from .packing import fact_candidate, gist_candidate, pack
-from .retrieval.execute import rows
+from .packing import Candidate, fact_candidate, gist_candidate, pack
+from .retrieval import GistRow, StatedFact
+from .retrieval.execute import typed_rows
 
 #: Most rows read for one listing: far more than the largest budget (32,000 tokens) holds.
 LISTING_ROWS = 2_000
@@ -62,19 +63,26 @@ def check_listing(question: Question) -> str:
     return question.conversation_ids[0]
 
 
+async def _listed(conn: AsyncConnection, listing: str | None, params: dict[str, Any]) -> list[Candidate]:
+    """The listing's rows as candidates, each ranked by its place in time (rank 1: the earliest; rrf_k 0
+    keeps the scores readable)."""
+    if listing == "timeline":
+        gists = await typed_rows(conn, GistRow, TIMELINE, params)
+        return [gist_candidate(row, n, 0) for n, row in enumerate(gists, start=1)]
+    facts = await typed_rows(conn, StatedFact, CURRENT_FACTS, params)
+    return [fact_candidate(row, n, 0) for n, row in enumerate(facts, start=1)]
+
+
 async def read_listing(question: Question, deps: MetricDeps) -> MemoryContext:
     """The reply to a question with ``listing``: its one conversation's timeline or current facts, in
     time order, within its budget."""
     started = time.perf_counter()
     conversation = check_listing(question)
     budget = question.budget_tokens or CONTEXT_BUDGET_DEFAULT
-    statement, candidate = (TIMELINE, gist_candidate) if question.listing == "timeline" else (CURRENT_FACTS,
-                                                                                             fact_candidate)
     params: dict[str, Any] = {"tenant": question.tenant, "conversation": conversation, "limit": LISTING_ROWS}
     async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
-        found = await rows(conn, statement, params)
-    # Every row ranks by its place in time (rank 1: the earliest); rrf_k 0 keeps the scores readable.
-    packed = pack([candidate(row, n, 0) for n, row in enumerate(found, start=1)], budget)
+        candidates = await _listed(conn, question.listing, params)
+    packed = pack(candidates, budget)
     reply = MemoryContext(
         question_id=question.question_id, tenant=question.tenant, asked_at=question.asked_at or datetime.now(UTC),
         items=packed.items, text=packed.text, budget_tokens=budget, used_tokens=packed.used_tokens,

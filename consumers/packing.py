@@ -23,7 +23,7 @@ from epistream.contracts.replies import MemoryItem, ResolvedPeriod
 from epistream.core.dates import relative_dates
 from epistream.models.prompts import estimate_tokens
 
-from .retrieval import RetrievedTurn, reciprocal_rank
+from .retrieval import GistRow, RetrievedTurn, StatedFact, reciprocal_rank
 from .timefilter import period_of
 
 #: What one newline between two lines of the text block is counted as.
@@ -37,7 +37,8 @@ _KIND_ORDER = {"turn": 0, "gist": 1, "fact": 2}
 @dataclass(frozen=True)
 class Candidate:
     """An item before packing: what identifies it (``key``, for deduplication), its fused
-    score, the line body (without its number or day) and the MemoryItem fields it carries."""
+    score, the line body (without its number or day) and the MemoryItem fields it carries
+    (``fields``: packing's own; other modules read them through the properties)."""
 
     key: tuple[Any, ...]
     score: float
@@ -52,10 +53,38 @@ class Candidate:
         return str(self.fields["kind"])
 
     @property
+    def conversation_id(self) -> str:
+        return str(self.fields["conversation_id"])
+
+    @property
+    def time(self) -> datetime:
+        """When it was said (a turn: in its speaker's offset)."""
+        time: datetime = self.fields["time"]
+        return time
+
+    @property
+    def text(self) -> str:
+        return str(self.fields["text"])
+
+    @property
+    def turn_ids(self) -> list[str]:
+        """The turns it comes from (a turn: itself)."""
+        return list(self.fields["turn_ids"])
+
+    @property
+    def dates(self) -> list[ResolvedPeriod]:
+        """The relative dates a turn uses, once resolved (``with_dates``)."""
+        return list(self.fields.get("dates", []))
+
+    @property
     def day(self) -> date:
         """The day its line is shown under (as item_day)."""
-        time: datetime = self.fields["time"]
-        return time.date()
+        return self.time.date()
+
+    def plus(self, name: str, amount: float) -> Candidate:
+        """The candidate with ``amount`` added to its score, shown among its scores as ``name``."""
+        return replace(self, score=self.score + amount,
+                       fields={**self.fields, "scores": {**self.fields["scores"], name: amount}})
 
 
 def item_day(item: MemoryItem) -> date:
@@ -174,7 +203,7 @@ def with_dates(candidate: Candidate) -> Candidate:
     """A turn candidate with the relative dates it uses resolved, after its line ("[yesterday = ...]")."""
     if candidate.dated:
         return candidate
-    dates = _said_dates(candidate.fields["text"], candidate.fields["time"])
+    dates = _said_dates(candidate.text, candidate.time)
     body = candidate.body
     if dates:
         body += " [" + "; ".join(f"{p.expression} = {period_text(p)}" for p in dates) + "]"
@@ -200,17 +229,17 @@ def _derived(turn: RetrievedTurn, origin: Candidate, share: float, relation: str
     return replace(found, score=score, fields={**found.fields, "scores": {"rrf": score, relation: float(origin_rank)}})
 
 
-def gist_candidate(row: dict[str, Any], rank: int, rrf_k: int) -> Candidate:
+def gist_candidate(row: GistRow, rank: int, rrf_k: int) -> Candidate:
     """A gist (its sentence starts with its absolute date), ranked by meaning."""
     score = reciprocal_rank(rank, rrf_k)
     return Candidate(
         # The same sentence from two overlapping segments is one item.
-        key=("gist", row["conversation_id"], " ".join(row["text"].lower().split())), score=score,
-        body=f"gist: {row['text']}",
-        fields={"kind": "gist", "conversation_id": row["conversation_id"], "segment_id": row["segment_id"],
-                "gist_id": row["gist_id"], "turn_ids": list(row["turn_ids"]), "text": row["text"],
-                "time": row["said_at"], "event_date": row["event_date"], "date_precision": row["date_precision"],
-                "scores": {"rrf": score, "dense_rank": float(rank), "dense": 1.0 - float(row["distance"])}},
+        key=("gist", row.conversation_id, " ".join(row.text.lower().split())), score=score,
+        body=f"gist: {row.text}",
+        fields={"kind": "gist", "conversation_id": row.conversation_id, "segment_id": row.segment_id,
+                "gist_id": row.gist_id, "turn_ids": list(row.turn_ids), "text": row.text,
+                "time": row.said_at, "event_date": row.event_date, "date_precision": row.date_precision,
+                "scores": {"rrf": score, "dense_rank": float(rank), "dense": 1.0 - float(row.distance)}},
     )
 
 
@@ -222,21 +251,20 @@ def fact_span(point: date | None, start: date | None, end: date | None) -> str:
     return "time not stated"
 
 
-def fact_candidate(row: dict[str, Any], rank: int, rrf_k: int) -> Candidate:
+def fact_candidate(row: StatedFact, rank: int, rrf_k: int) -> Candidate:
     """A temporal fact about an entity the question names; a superseded one says so."""
     score = reciprocal_rank(rank, rrf_k)
-    quote = f"{row['subject']} {row['predicate'].replace('_', ' ')} {row['object']}"
-    status = "" if row["current"] else "; superseded"
-    body = f"fact: {quote}, {fact_span(row['point_in_time'], row['start_time'], row['end_time'])}{status}"
+    quote = f"{row.subject} {row.predicate.replace('_', ' ')} {row.object}"
+    status = "" if row.current else "; superseded"
+    body = f"fact: {quote}, {fact_span(row.point_in_time, row.start_time, row.end_time)}{status}"
     return Candidate(
         # One statement from two overlapping segments is one fact.
-        key=("fact", row["conversation_id"], quote, row["point_in_time"], row["start_time"], row["end_time"],
-             row["said_at"]),
+        key=("fact", row.conversation_id, quote, row.point_in_time, row.start_time, row.end_time, row.said_at),
         score=score, body=body,
-        fields={"kind": "fact", "conversation_id": row["conversation_id"], "segment_id": row["segment_id"],
-                "fact_id": row["fact_id"], "turn_ids": list(row["turn_ids"]), "text": quote, "time": row["said_at"],
-                "point_in_time": row["point_in_time"], "start_time": row["start_time"], "end_time": row["end_time"],
-                "current": bool(row["current"]), "scores": {"rrf": score, "entity_rank": float(rank)}},
+        fields={"kind": "fact", "conversation_id": row.conversation_id, "segment_id": row.segment_id,
+                "fact_id": row.fact_id, "turn_ids": list(row.turn_ids), "text": quote, "time": row.said_at,
+                "point_in_time": row.point_in_time, "start_time": row.start_time, "end_time": row.end_time,
+                "current": bool(row.current), "scores": {"rrf": score, "entity_rank": float(rank)}},
     )
 
 
@@ -258,7 +286,7 @@ def pack(ranked: Sequence[Candidate], budget_tokens: int) -> Packed:
     items: list[MemoryItem] = []
     block = Block()
     for candidate in ranked:
-        conversation_id, day = candidate.fields["conversation_id"], candidate.day
+        conversation_id, day = candidate.conversation_id, candidate.day
         # The line without its resolved dates is never longer: when even it does not fit, skip unresolved.
         if block.tokens_with(conversation_id, day, estimate_tokens(f"[{len(items) + 1}] {candidate.body}")) > budget_tokens:
             continue

@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from epistream.consumers.context import build_context
 from epistream.consumers.retrieval import Recipes
+from epistream.contracts.questions import Mode, Question
 from epistream.models.embeddings import Embedder
 from epistream.settings.processes import Settings
 from epistream.storage.db import create_pool
@@ -57,8 +58,9 @@ def exact_pool(settings: Settings, url: str) -> AsyncConnectionPool:
 
 
 async def _read(deps: Deps, case: Case, question: str, asked_at: datetime, budget: int):  # type: ignore[no-untyped-def]
-    return await build_context(deps, tenant=case.tenant, question=question, asked_at=asked_at,
-                               budget_tokens=budget, conversation_ids=case.conversation_ids)
+    asked = Question(question_id="in-process", tenant=case.tenant, question=question, asked_at=asked_at,
+                     mode=Mode.CONTEXT, budget_tokens=budget, conversation_ids=case.conversation_ids)
+    return await build_context(asked, deps, deps.recipes.context)
 
 
 def _turn_ids(context) -> set[str]:  # type: ignore[no-untyped-def]

@@ -9,7 +9,7 @@ from epistream.contracts.questions import Question
 from epistream.contracts.replies import Evidence, MemoryContext, MemoryItem
 from epistream.models.prompts import fence
 
-from ..context import context_for
+from ..context import build_context
 from ..deps import AnswerDeps
 from ..prompts import ANSWER_PROMPT
 from .base import Abstention, ModeResult, model_text
@@ -36,7 +36,7 @@ def evidence_from(items: list[MemoryItem], chosen: list[int], fallback: int = 3)
 async def answer_fast(question: Question, deps: AnswerDeps) -> ModeResult:
     """One step: the budgeted context of gists, facts and turns, in one master call."""
     settings = deps.settings
-    context = await context_for(question, deps, budget_tokens=settings.fast_context_tokens)
+    context = await build_context(question, deps, deps.recipes.context, budget_tokens=settings.fast_context_tokens)
     if not context.items:
         return ModeResult.abstain(Abstention.NO_MEMORY)
     reply = await deps.master.complete_json(build_messages(question, context), ANSWER_PROMPT.schema,

@@ -1,6 +1,8 @@
 """Retrieval as data: which pathways run, how many candidates each takes from its
 index, how they are fused and how many results come back, as frozen recipes with
-a few named ones (in the spirit of graphiti_core's search-config recipes).
+a few named ones (in the spirit of graphiti_core's search-config recipes); the context
+read's own tuning (what it reads beside its turns, how deep, what ranks first) is one
+of them (``ContextRecipe``).
 
 Pure data: nothing here touches the database.
 """
@@ -115,12 +117,87 @@ DEEP_WINDOWS = WindowRecipe()
 
 
 @dataclass(frozen=True)
+class Sources:
+    """The source turns of the best ``gists`` gists and of the best ``facts`` facts (entity links: the
+    facts about an entity the question names, to the turns they were extracted from), each ranked at
+    ``share`` of its origin's score. Measured on the enriched dev split (docs/benchmarks/budget-recall.md)."""
+
+    gists: int = 5
+    facts: int = 0
+    share: float = 0.9
+
+
+@dataclass(frozen=True)
+class Structured:
+    """What enrichment wrote takes part in the read: gists and facts, each ranked at ``weight`` of its
+    fused score (0: after every turn of the same standing towards the question's period). Their source
+    turns are verbatim and keep their origin's own score (Sources). Ranked last by default: with the
+    135M extractor's gists and facts, the enriched report conversation's recall at 4,000 tokens is 0.941
+    with them ranked by score and 0.949 with them last, equal below (docs/benchmarks/budget-recall.md);
+    a capable extractor may change that, and the eval's context_structured_* rows will show it."""
+
+    gists: bool = True
+    facts: bool = True
+    weight: float = 0.0
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """The turns beside the best ``seeds`` turn hits (``each_side`` before and after), each ranked at
+    ``share`` of its seed's score. Chosen on the pick split (bench.budget_recall's context_* rows): at
+    1,000 tokens none 0.716, 3 at 0.95 0.729, 5 at 0.9 0.729, 10 at 0.8 0.742."""
+
+    seeds: int = 10
+    each_side: int = 1
+    share: float = 0.8
+
+
+#: Added to the score of memory about the question's period: more than any fused score (two pathways at
+#: rank 1 and the speaker bonus stay under 0.1), so it all ranks first, each kind in its own order, and
+#: the rest after it, as the read ranked it before.
+PERIOD_BOOST = 1.0
+
+
+@dataclass(frozen=True)
+class ContextRecipe:
+    """The context read (consumers/context.py): what it reads beside the fused turns (``sources``,
+    ``structured``, ``neighbours``), what about the question's period gains (``period_boost``), and how
+    deep a budget reads. A turn's line is rarely under ``tokens_per_turn_floor`` tokens (date, speaker, a
+    few words): the budget over it is how many turns the fused search is asked for (at most
+    ``max_turn_candidates``), so a larger budget reads deeper; gists and facts are asked for one per
+    ``tokens_per_structured`` tokens of budget, within ``gist_candidates`` and ``fact_candidates``."""
+
+    sources: Sources = Sources()
+    structured: Structured = Structured()
+    neighbours: Neighbours = Neighbours()
+    period_boost: float = PERIOD_BOOST
+    tokens_per_turn_floor: int = 10
+    max_turn_candidates: int = 1_000
+    tokens_per_structured: int = 100
+    gist_candidates: tuple[int, int] = (5, 100)
+    fact_candidates: tuple[int, int] = (10, 100)
+
+    def candidate_counts(self, budget_tokens: int, turns: TurnRecipe) -> tuple[TurnRecipe, int, int]:
+        """The turn recipe deep enough for the budget, and how many gists and facts to read."""
+        top_k = min(self.max_turn_candidates, max(turns.top_k, -(-budget_tokens // self.tokens_per_turn_floor)))
+        structured = budget_tokens // self.tokens_per_structured
+        return (replace(turns, top_k=top_k, pool=max(turns.pool, top_k)),
+                min(self.gist_candidates[1], max(self.gist_candidates[0], structured)),
+                min(self.fact_candidates[1], max(self.fact_candidates[0], structured)))
+
+
+CONTEXT_READ = ContextRecipe()
+
+
+@dataclass(frozen=True)
 class Recipes:
-    """What the answer worker retrieves with: the router's recipe, fast mode's turns, deep mode's windows."""
+    """What the answer worker retrieves with: the router's recipe, fast mode's turns, deep mode's windows,
+    the context read's tuning."""
 
     router: SegmentRecipe = ROUTER_DEFAULT
     turns: TurnRecipe = FUSED_TURNS
     windows: WindowRecipe = DEEP_WINDOWS
+    context: ContextRecipe = CONTEXT_READ
 
 
 def from_settings(settings: Settings) -> Recipes:
@@ -134,4 +211,5 @@ def from_settings(settings: Settings) -> Recipes:
                       match_cap=settings.lexical_match_cap),
         windows=replace(DEEP_WINDOWS, reads=settings.deep_reads, each_side=settings.deep_window_turns,
                         windows=settings.deep_windows, budget_tokens=settings.deep_read_tokens),
+        context=CONTEXT_READ,  # no setting tunes it: bench.budget_recall measures its variants
     )

@@ -5,15 +5,15 @@ question asks about the past, both within the read's time window (as days, eithe
 from __future__ import annotations
 
 import re
-from datetime import date
-from typing import Any
+from dataclasses import dataclass
+from datetime import date, datetime
 
 import numpy as np
 from psycopg import AsyncConnection, sql
 
 from epistream.core import tracing
 
-from .execute import rows
+from .execute import typed_rows
 from .fragments import conversations, fact_days, gist_days, in_scope, nearest, overlaps_window, span_columns
 
 NEAREST_GISTS = nearest("gists", "g", sql.SQL(
@@ -44,6 +44,69 @@ ORDER BY said_at DESC, fact_id LIMIT %(limit)s
 _NON_WORD = re.compile(r"[^\w\s]+")
 
 
+@dataclass(frozen=True)
+class Gist:
+    """A gist as the reads select it (fragments.GIST_FIELDS); the tools' hits extend it too."""
+
+    gist_id: str
+    conversation_id: str
+    segment_id: str
+    text: str
+    event_date: date
+    date_precision: str
+    turn_ids: list[str]
+    said_at: datetime
+
+
+@dataclass(frozen=True)
+class GistRow(Gist):
+    """A gist as a context reply shows it, with its ``distance`` from the question (a listing: 0)."""
+
+    distance: float
+
+
+@dataclass(frozen=True)
+class NearGist(GistRow):
+    """A row of NEAREST_GISTS: the gist and the days its event stands for, as the window filter reads
+    them (never open: a gist's event always has a date)."""
+
+    first_day: date
+    last_day: date
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A fact as the reads select it, its subject and object by name; the tools' fact rows extend it too."""
+
+    fact_id: str
+    conversation_id: str
+    segment_id: str
+    subject: str
+    predicate: str
+    object: str
+    point_in_time: date | None
+    start_time: date | None
+    end_time: date | None
+    said_at: datetime
+    turn_ids: list[str]
+
+
+@dataclass(frozen=True)
+class StatedFact(Fact):
+    """A fact as a context reply shows it, and whether it is ``current`` (no later statement superseded it)."""
+
+    current: bool
+
+
+@dataclass(frozen=True)
+class NamedFact(StatedFact):
+    """A row of FACTS_NAMED: a fact about an entity the question names, and the days it held
+    (``first_day`` / ``last_day``, as the window filter reads them; None: open)."""
+
+    first_day: date | None
+    last_day: date | None
+
+
 def padded_words(question: str) -> str:
     """The question lower-cased, punctuation as spaces, one space around each word."""
     return f" {' '.join(_NON_WORD.sub(' ', question.lower()).split())} "
@@ -52,23 +115,24 @@ def padded_words(question: str) -> str:
 @tracing.traced("retrieve gists", {"epistream.pathways": "dense"})
 async def nearest_gists(conn: AsyncConnection, *, tenant: str, vector: np.ndarray,
                         conversation_ids: list[str] | None, limit: int,
-                        first_day: date | None = None, last_day: date | None = None) -> list[dict[str, Any]]:
+                        first_day: date | None = None, last_day: date | None = None) -> list[NearGist]:
     """The gists nearest ``vector`` whose event meets the days [first_day, last_day], with ``distance``
     and their event's own ``first_day`` / ``last_day``."""
     if limit <= 0:
         return []
-    return await rows(conn, NEAREST_GISTS, {"tenant": tenant, "conversations": conversations(conversation_ids),
-                                            "vector": vector, "limit": limit, "start": first_day, "end": last_day})
+    return await typed_rows(conn, NearGist, NEAREST_GISTS, {
+        "tenant": tenant, "conversations": conversations(conversation_ids), "vector": vector, "limit": limit,
+        "start": first_day, "end": last_day})
 
 
 @tracing.traced("retrieve facts", {"epistream.pathways": "entities"})
 async def facts_named(conn: AsyncConnection, *, tenant: str, question: str, conversation_ids: list[str] | None,
                       limit: int, with_superseded: bool = True, first_day: date | None = None,
-                      last_day: date | None = None) -> list[dict[str, Any]]:
+                      last_day: date | None = None) -> list[NamedFact]:
     """Facts about the entities the question names, newest said first, with ``current`` and the days
     they held, ``first_day`` / ``last_day`` (None: open)."""
     if limit <= 0:
         return []
-    return await rows(conn, FACTS_NAMED, {"tenant": tenant, "conversations": conversations(conversation_ids),
-                                          "padded": padded_words(question), "limit": limit,
-                                          "with_superseded": with_superseded, "start": first_day, "end": last_day})
+    return await typed_rows(conn, NamedFact, FACTS_NAMED, {
+        "tenant": tenant, "conversations": conversations(conversation_ids), "padded": padded_words(question),
+        "limit": limit, "with_superseded": with_superseded, "start": first_day, "end": last_day})

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any
 
 import numpy as np
 from psycopg import AsyncConnection, sql
@@ -15,7 +14,7 @@ from psycopg.rows import class_row
 
 from epistream.core import tracing
 
-from .execute import rows
+from .execute import rows, typed_rows
 from .fragments import (
     TURN_IN_WINDOW,
     TurnOrder,
@@ -248,8 +247,21 @@ async def turns_at(conn: AsyncConnection, *, tenant: str, wanted: list[tuple[str
     return [NeighbourTurn(RetrievedTurn(**{k: v for k, v in r.items() if k != "seed"}), int(r["seed"])) for r in found]
 
 
+@dataclass(frozen=True)
+class TurnRow:
+    """A turn as stored, by TURN_FIELDS (fragments.turns_by_id); ``ts`` in UTC, ``tz_offset_s`` its speaker's offset."""
+
+    conversation_id: str
+    turn_id: str
+    speaker: str
+    text: str
+    ts: datetime
+    tz_offset_s: int
+    session_id: str | None
+
+
 async def load_turns(conn: AsyncConnection, *, tenant: str, conversation_id: str, turn_ids: list[str] | tuple[str, ...],
-                     order: TurnOrder = "time") -> list[dict[str, Any]]:
-    """A conversation's turns by id as dict rows of TURN_FIELDS, in time order or as listed."""
-    return await rows(conn, turns_by_id(order), {"tenant": tenant, "conversation_id": conversation_id,
-                                                 "turn_ids": list(turn_ids)})
+                     order: TurnOrder = "time") -> list[TurnRow]:
+    """A conversation's turns by id, in time order or as listed."""
+    return await typed_rows(conn, TurnRow, turns_by_id(order), {"tenant": tenant, "conversation_id": conversation_id,
+                                                                "turn_ids": list(turn_ids)})

@@ -14,63 +14,23 @@ connection already inside ``tenant_scope``, one job per module:
   specs and argument validation; ``dispatch``: ``run_tool`` / ``call_tool``.
 - ``shaping``: JSON shaping; ``limits``: vocabulary and bounds. The SQL they share
   (fragments and the seed searches) lives in consumers/retrieval.
+
+The package hands on what agentic mode and the tools' callers need: the tools, their specs and
+validation, dispatch, and the results agentic mode tells apart. Everything else (typed hits, shaping,
+bounds, argument schemas) is imported from its module.
 """
 
-from .dispatch import RUNNERS, CallScope, Embeds, call_tool, run_tool
+from .dispatch import call_tool, run_tool
 from .facts import find_entity_contexts
 from .gists import find_gist_contexts
-from .limits import (
-    ENTITY_MATCH_LIMIT,
-    MAX_LIMIT,
-    MAX_OFFSET,
-    MAX_RAW_TEXT_CHARS,
-    MAX_RESULT_CHARS,
-    MAX_TEXT_CHARS,
-    MAX_WINDOW,
-    SIMILAR_LIMIT,
-    Aggregate,
-    Operator,
-    Order,
-    Target,
-)
-from .observations import (
-    AnswerResult,
-    AssistantReadResult,
-    EntityContextsResult,
-    GistContextsResult,
-    NotFoundResult,
-    RetrievalResult,
-    SegmentResult,
-    ToolResult,
-)
-from .registry import SPECS_BY_NAME, TOOL_SPECS, ToolSpec, openai_tools, validate_arguments
-from .results import Cited, EntityContexts, EntityRef, FactRow, GistContexts, GistHit, SegmentRead, TurnHit
+from .observations import AssistantReadResult, SegmentResult, ToolResult
+from .registry import SPECS_BY_NAME, TOOL_SPECS, openai_tools, validate_arguments
 from .retrieval import lexical_retrieve, semantic_retrieve
-from .schemas import (
-    FindEntityContextsArgs,
-    FindGistContextsArgs,
-    LexicalRetrieveArgs,
-    OutputAnswerArgs,
-    ReadSegmentArgs,
-    SemanticRetrieveArgs,
-    TimeArgs,
-    ToolArgs,
-    ToolArgumentError,
-    period,
-    resolve_range,
-)
+from .schemas import OutputAnswerArgs, ToolArgumentError
 from .segments import read_segment
-from .shaping import Cut, bounded_json, fit, plain
 
 __all__ = [
-    "ENTITY_MATCH_LIMIT", "MAX_LIMIT", "MAX_OFFSET", "MAX_RAW_TEXT_CHARS", "MAX_RESULT_CHARS", "MAX_TEXT_CHARS",
-    "MAX_WINDOW", "RUNNERS", "SIMILAR_LIMIT", "SPECS_BY_NAME", "TOOL_SPECS",
-    "Aggregate", "AnswerResult", "AssistantReadResult", "CallScope", "Cited", "Cut", "Embeds", "EntityContexts",
-    "EntityContextsResult", "EntityRef", "FactRow", "FindEntityContextsArgs", "FindGistContextsArgs",
-    "GistContexts", "GistContextsResult", "GistHit", "LexicalRetrieveArgs", "NotFoundResult", "Operator", "Order",
-    "OutputAnswerArgs", "ReadSegmentArgs", "RetrievalResult", "SegmentRead", "SegmentResult",
-    "SemanticRetrieveArgs", "Target", "TimeArgs", "ToolArgs", "ToolArgumentError", "ToolResult", "ToolSpec",
-    "TurnHit", "bounded_json", "call_tool", "find_entity_contexts", "find_gist_contexts", "fit",
-    "lexical_retrieve", "openai_tools", "period", "plain", "read_segment", "resolve_range", "run_tool",
-    "semantic_retrieve", "validate_arguments",
+    "SPECS_BY_NAME", "TOOL_SPECS", "AssistantReadResult", "OutputAnswerArgs", "SegmentResult", "ToolArgumentError",
+    "ToolResult", "call_tool", "find_entity_contexts", "find_gist_contexts", "lexical_retrieve", "openai_tools",
+    "read_segment", "run_tool", "semantic_retrieve", "validate_arguments",
 ]

@@ -10,7 +10,8 @@ from psycopg import AsyncConnection, sql
 
 from epistream.core.names import normalize_name, normalize_predicate
 
-from ..retrieval import conversations, fact_days, in_conversations, overlaps_window, rows
+from ..retrieval.execute import rows
+from ..retrieval.fragments import conversations, fact_days, in_conversations, overlaps_window
 from .limits import ENTITY_MATCH_LIMIT, Aggregate, Order
 from .results import EntityContexts, FactRow
 

@@ -8,16 +8,9 @@ from psycopg import AsyncConnection, sql
 
 from epistream.storage.db import CONNECTION_EMBEDDER, CONNECTION_SIMILAR_CUTOFF
 
-from ..retrieval import (
-    GIST_COLUMNS,
-    GIST_FIELDS,
-    conversations,
-    in_scope,
-    load_turns,
-    nearest_in_order,
-    of_tenant,
-    rows,
-)
+from ..retrieval import load_turns
+from ..retrieval.execute import rows
+from ..retrieval.fragments import GIST_COLUMNS, GIST_FIELDS, conversations, in_scope, nearest_in_order, of_tenant
 from .limits import SIMILAR_LIMIT
 from .results import EntityRef, GistContexts, GistHit, TurnHit
 
@@ -89,7 +82,7 @@ async def find_gist_contexts(
     })
     return GistContexts(
         gist=gist,
-        source_turns=[TurnHit.from_row(r) for r in turns],
+        source_turns=[TurnHit.of(t) for t in turns],
         before=[GistHit.from_row(r) for r in reversed(before)],
         after=[GistHit.from_row(r) for r in after],
         entities=[EntityRef(entity_id=r["entity_id"], name=r["name"], aliases=list(r["aliases"])) for r in entities],

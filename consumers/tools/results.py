@@ -6,24 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from epistream.contracts.replies import Evidence
+
+from ..retrieval import Fact, Gist, TurnRow
 
 Cited = dict[str, Evidence]  # citable id (gist_id, fact_id, turn_id) -> evidence, in the order shown
 
 
 @dataclass(frozen=True)
-class GistHit:
-    gist_id: str
-    conversation_id: str
-    segment_id: str
-    text: str
-    event_date: date
-    date_precision: str
-    turn_ids: list[str]
-    said_at: datetime
+class GistHit(Gist):
     score: float | None = None  # cosine similarity (semantic) or ts_rank_cd (lexical)
 
     @classmethod
@@ -59,6 +53,12 @@ class TurnHit:
             segment_id=row.get("segment_id"), score=row.get("score"),
         )
 
+    @classmethod
+    def of(cls, turn: TurnRow) -> TurnHit:
+        """A stored turn (retrieval.load_turns) at its speaker's offset; no segment or score was read with it."""
+        return cls(conversation_id=turn.conversation_id, turn_id=turn.turn_id, speaker=turn.speaker, text=turn.text,
+                   ts=turn.ts.astimezone(timezone(timedelta(seconds=turn.tz_offset_s))), session_id=turn.session_id)
+
     def evidence(self) -> Cited:
         if not self.text:
             return {}
@@ -88,19 +88,7 @@ class GistContexts:
 
 
 @dataclass(frozen=True)
-class FactRow:
-    fact_id: str
-    conversation_id: str
-    segment_id: str
-    subject: str
-    predicate: str
-    object: str
-    point_in_time: date | None
-    start_time: date | None
-    end_time: date | None
-    said_at: datetime
-    turn_ids: list[str]
-
+class FactRow(Fact):
     def evidence(self) -> Cited:
         return {self.fact_id: Evidence(
             conversation_id=self.conversation_id, segment_id=self.segment_id, turn_ids=list(self.turn_ids),

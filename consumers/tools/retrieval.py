@@ -9,7 +9,9 @@ from datetime import date
 import numpy as np
 from psycopg import AsyncConnection
 
-from ..retrieval import LEXICAL_GISTS, LEXICAL_TURNS, SEMANTIC_GISTS, SEMANTIC_TURNS, conversations, rows
+from ..retrieval.execute import rows
+from ..retrieval.fragments import conversations
+from ..retrieval.seeds import LEXICAL_GISTS, LEXICAL_TURNS, SEMANTIC_GISTS, SEMANTIC_TURNS
 from .limits import Operator, Target
 from .results import GistHit, TurnHit
 

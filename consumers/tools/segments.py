@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from psycopg import AsyncConnection, sql
 
-from ..retrieval import conversations, in_scope, load_turns, rows
+from ..retrieval import load_turns
+from ..retrieval.execute import rows
+from ..retrieval.fragments import conversations, in_scope
 from .results import SegmentRead, TurnHit
 
 READ_SEGMENT = sql.SQL("""
@@ -33,5 +35,5 @@ async def read_segment(
     return SegmentRead(
         segment_id=row["segment_id"], conversation_id=row["conversation_id"], seq=row["seq"],
         start_ts=row["start_ts"], end_ts=row["end_ts"], status=row["status"], summary=row["summary"],
-        raw_text=row["raw_text"], turns=[TurnHit.from_row(r) for r in turns],
+        raw_text=row["raw_text"], turns=[TurnHit.of(t) for t in turns],
     )

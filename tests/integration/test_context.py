@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from epistream.consumers.context import Neighbours, Sources, build_context
+from epistream.consumers.context import build_context
 from epistream.consumers.modes.fast import answer_fast
 from epistream.consumers.packing import render
-from epistream.consumers.retrieval import Recipes
+from epistream.consumers.retrieval import CONTEXT_READ, ContextRecipe, Neighbours, Recipes, Sources
 from epistream.consumers.retrieval.speakers import named_speakers
 from epistream.contracts.questions import Mode, Question, TimeRange
 from epistream.contracts.replies import MemoryContext
@@ -58,12 +58,19 @@ def memory(postgres):
     return tenant, other, embedder
 
 
-def _read(postgres, embedder, *, recipes: Recipes | None = None, **kwargs) -> MemoryContext:
+def _ask(tenant: str, question: str, **kwargs) -> Question:
+    """A `context` question asked at ASKED (``kwargs``: its budget, time range, conversations)."""
+    return Question(question_id="in-process", tenant=tenant, question=question, asked_at=ASKED, mode=Mode.CONTEXT,
+                    **kwargs)
+
+
+def _read(postgres, embedder, *, recipes: Recipes | None = None, read: ContextRecipe = CONTEXT_READ,
+          **kwargs) -> MemoryContext:
     async def go() -> MemoryContext:
         pool = create_pool(postgres)
         await pool.open(wait=True)
         try:
-            return await build_context(Deps(pool, embedder, recipes or Recipes()), asked_at=ASKED, **kwargs)
+            return await build_context(_ask(**kwargs), Deps(pool, embedder, recipes or Recipes()), read)
         finally:
             await pool.close()
     return asyncio.run(go())
@@ -185,8 +192,7 @@ def test_fast_mode_puts_the_same_budgeted_context_before_its_master(postgres, me
                 deps = SimpleNamespace(settings=postgres, pool=pool, embedder=embedder, recipes=Recipes(),
                                        master=client)
                 result = await answer_fast(question, deps)
-                expected = await build_context(deps, tenant=tenant, question=question.question, asked_at=ASKED,
-                                               budget_tokens=300)
+                expected = await build_context(question, deps, CONTEXT_READ)  # its own budget: 300
                 return result, expected, server.requests
         finally:
             await pool.close()
@@ -217,11 +223,10 @@ def test_the_turn_after_a_strong_hit_comes_with_it(postgres):
         try:
             await ingest_batch([RawRecord("memory.turns", 0, i, None, t.to_bytes(), None) for i, t in enumerate(turns)],
                                pool=pool, embedder=embedder, metrics=Metrics.create())
-            ask = {"tenant": tenant, "question": "Where did Ben go on his trip?", "asked_at": ASKED,
-                   "budget_tokens": 150, "conversation_ids": [conversation]}
+            ask = _ask(tenant, "Where did Ben go on his trip?", budget_tokens=150, conversation_ids=[conversation])
             deps = Deps(pool, embedder, Recipes())
-            return (await build_context(deps, **ask),
-                    await build_context(deps, **ask, neighbours=Neighbours(seeds=0)))
+            return (await build_context(ask, deps, CONTEXT_READ),
+                    await build_context(ask, deps, replace(CONTEXT_READ, neighbours=Neighbours(seeds=0))))
         finally:
             await pool.close()
 
@@ -261,12 +266,13 @@ def test_the_turns_a_gist_was_written_from_come_with_it(postgres, memory):
     tenant, other, embedder = memory
     # Lexical turn search only, and no turn holds "puppy": only the gist can lead to Bob's turn.
     lexical = Recipes(turns=replace(Recipes().turns, pathways=("lexical",)))
+    no_neighbours = replace(CONTEXT_READ, neighbours=Neighbours(seeds=0))
     context = _read(postgres, embedder, tenant=tenant, question="Which puppy?", budget_tokens=1000, recipes=lexical,
-                    neighbours=Neighbours(seeds=0))
+                    read=no_neighbours)
     gists = [i for i in context.items if i.kind == "gist" and "puppy" in i.text]
     sourced = [i for i in context.items if i.kind == "turn" and "source_of_gist" in i.scores]
     assert gists and [i.turn_id for i in sourced if "Rex" in i.text] == ["t004"]
     assert all(i.conversation_id == "conv-a" for i in context.items)  # the other tenant's same ids never come
     without = _read(postgres, embedder, tenant=tenant, question="Which puppy?", budget_tokens=1000, recipes=lexical,
-                    neighbours=Neighbours(seeds=0), sources=Sources(gists=0))
+                    read=replace(no_neighbours, sources=Sources(gists=0)))
     assert not [i for i in without.items if i.kind == "turn"]

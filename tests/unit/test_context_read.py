@@ -7,7 +7,6 @@ from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
-from epistream.consumers.context import candidate_counts
 from epistream.consumers.packing import (
     SEPARATOR_TOKENS,
     fact_candidate,
@@ -21,7 +20,7 @@ from epistream.consumers.packing import (
     used_tokens,
     with_dates,
 )
-from epistream.consumers.retrieval import FUSED_TURNS, RetrievedTurn
+from epistream.consumers.retrieval import CONTEXT_READ, FUSED_TURNS, NamedFact, NearGist, RetrievedTurn
 from epistream.consumers.timefilter import asks_about_past, find_period, question_periods, understand
 from epistream.consumers.worker import fit_reply
 from epistream.contracts.decoding import decode
@@ -39,17 +38,19 @@ def _turn(i: int, text: str, *, score: float, conversation: str = "c", offset_h:
                          dense_rank=i, lexical_rank=None, tz_offset_s=offset_h * 3600)
 
 
-def _gist(i: int, text: str, *, conversation: str = "c") -> dict:
-    return {"gist_id": f"g{i}", "conversation_id": conversation, "segment_id": f"{conversation}#0", "text": text,
-            "event_date": date(2024, 3, 13), "date_precision": "day", "turn_ids": ["t1"],
-            "said_at": datetime(2024, 3, 18, 20, 1, tzinfo=UTC), "distance": 0.2}
+def _gist(i: int, text: str, *, conversation: str = "c") -> NearGist:
+    return NearGist(gist_id=f"g{i}", conversation_id=conversation, segment_id=f"{conversation}#0", text=text,
+                    event_date=date(2024, 3, 13), date_precision="day", turn_ids=["t1"],
+                    said_at=datetime(2024, 3, 18, 20, 1, tzinfo=UTC), first_day=date(2024, 3, 13),
+                    last_day=date(2024, 3, 13), distance=0.2)
 
 
-def _fact(i: int, obj: str, *, current: bool) -> dict:
-    return {"fact_id": f"f{i}", "conversation_id": "c", "segment_id": "c#0", "subject": "Alice",
-            "predicate": "lives_in", "object": obj, "point_in_time": None, "start_time": date(2019, 1, 1),
-            "end_time": None if current else date(2024, 3, 1), "turn_ids": ["t3"],
-            "said_at": datetime(2024, 3, 18, 20, 3, tzinfo=UTC), "current": current}
+def _fact(i: int, obj: str, *, current: bool) -> NamedFact:
+    end = None if current else date(2024, 3, 1)
+    return NamedFact(fact_id=f"f{i}", conversation_id="c", segment_id="c#0", subject="Alice",
+                     predicate="lives_in", object=obj, point_in_time=None, start_time=date(2019, 1, 1),
+                     end_time=end, turn_ids=["t3"], said_at=datetime(2024, 3, 18, 20, 3, tzinfo=UTC),
+                     first_day=date(2019, 1, 1), last_day=end, current=current)
 
 
 # --- contracts -------------------------------------------------------------------------------
@@ -195,10 +196,10 @@ def test_only_questions_about_the_past_read_superseded_facts():
 
 
 def test_a_larger_budget_reads_deeper():
-    small, gists_small, _ = candidate_counts(250, FUSED_TURNS)
-    large, gists_large, facts_large = candidate_counts(4000, FUSED_TURNS)
+    small, gists_small, _ = CONTEXT_READ.candidate_counts(250, FUSED_TURNS)
+    large, gists_large, facts_large = CONTEXT_READ.candidate_counts(4000, FUSED_TURNS)
     assert small.top_k < large.top_k and large.pool >= large.top_k and gists_small <= gists_large
-    assert candidate_counts(32_000, FUSED_TURNS)[0].top_k == 1_000 and facts_large == 40
+    assert CONTEXT_READ.candidate_counts(32_000, FUSED_TURNS)[0].top_k == 1_000 and facts_large == 40
 
 
 def test_a_turn_in_its_own_offset_resolves_its_dates_on_its_own_day():

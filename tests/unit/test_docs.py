@@ -152,3 +152,69 @@ def _anchors(page: Path) -> frozenset[str]:
         seen[slug] = count + 1
         anchors.add(slug if count == 0 else f"{slug}-{count}")
     return frozenset(anchors)
+
+
+#: A repository path as the pages write it: a top-level folder of the project, then a path (in backticks
+#: or plain text). Globs, placeholders and paths outside the checkout (../shared/...) are not paths to check.
+_REPO_PATH = re.compile(
+    r"(?<![\w./-])((?:epistream|pipeline|consumers|infra|sql|tests|bench|docs|\.ci)/[\w./-]*[\w/])(?:::\w+)?")
+_NOT_A_PATH = re.compile(r"[*<>{}]|\.\.\.")
+
+
+def _named_paths(page: Path) -> set[str]:
+    text = page.read_text()
+    named = set()
+    for match in _REPO_PATH.finditer(text):
+        path = match.group(1).rstrip(".")
+        before, after = text[max(0, match.start() - 3):match.start()], text[match.end():match.end() + 1]
+        if not _NOT_A_PATH.search(path) and not before.endswith(("../", "://")) and after not in ("*", "{", "<"):
+            named.add(path)
+    return named
+
+
+def _exists(path: str) -> bool:
+    if re.fullmatch(r"sql/\d{3}", path):  # a migration by its number
+        return any((ROOT / "sql").glob(f"{path.removeprefix('sql/')}_*.sql"))
+    return (ROOT / path).exists()
+
+
+def _retired_at(page: Path) -> str | None:
+    """The commit a page of finished experiments says its retired files are whole at."""
+    found = re.search(r"every file below is whole at commit `([0-9a-f]{7,40})`", page.read_text())
+    return found.group(1) if found else None
+
+
+def _in_git_at(commit: str, path: str) -> bool:
+    return subprocess.run(["git", "cat-file", "-e", f"{commit}:{path.rstrip('/')}"], cwd=ROOT,
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_path_a_page_names_exists(page):
+    missing = sorted(path for path in _named_paths(page) if not _exists(path))
+    retired_at = _retired_at(page)
+    if retired_at and missing:
+        if subprocess.run(["git", "cat-file", "-e", retired_at], cwd=ROOT, capture_output=True).returncode:
+            pytest.skip(f"this clone lacks commit {retired_at}, where the page's retired files are")
+        missing = [path for path in missing if not _in_git_at(retired_at, path)]
+    assert not missing, f"{page.relative_to(ROOT)} names paths that do not exist: {missing}"
+
+
+def _code_map() -> str:
+    design = (ROOT / "docs" / "design.md").read_text()
+    section = design[design.index("## Code map"):]
+    return section[section.index("```"):section.index("```", section.index("```") + 3)]
+
+
+def test_the_code_map_names_every_package_and_top_level_module():
+    code_map = _code_map()
+    roots = [ROOT / "epistream", ROOT / "pipeline", ROOT / "consumers", ROOT / "infra"]
+    packages = {init.parent for root in roots for init in root.rglob("__init__.py")
+                if not any(part.is_symlink() for part in [init.parent, *init.parent.parents] if part != ROOT)}
+    unnamed = [str(package.relative_to(ROOT)) for package in sorted(packages)
+               if package not in roots and not re.search(rf"(?<![\w-]){re.escape(package.name)}/", code_map)]
+    modules = [path for root in roots for path in sorted(root.glob("*.py"))
+               if not path.is_symlink() and path.name != "__init__.py"]
+    unnamed += [str(path.relative_to(ROOT)) for path in modules
+                if not re.search(rf"(?<![\w-]){re.escape(path.name)}(?![\w])", code_map)]
+    assert not unnamed, f"docs/design.md's code map does not name: {unnamed}"

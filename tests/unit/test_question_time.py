@@ -8,7 +8,6 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 
 from epistream.consumers.context import (
-    PERIOD_BOOST,
     Found,
     best_first,
     fact_is_about,
@@ -18,7 +17,7 @@ from epistream.consumers.context import (
 )
 from epistream.consumers.modes.deep import TOLD_LATER, period_first, window_for
 from epistream.consumers.packing import gist_candidate, turn_candidate
-from epistream.consumers.retrieval import RetrievedTurn
+from epistream.consumers.retrieval import PERIOD_BOOST, NamedFact, NearGist, RetrievedTurn
 from epistream.consumers.timefilter import CALENDAR_START, DateRange, asks_about_state, understand
 from epistream.contracts.questions import Mode, Question, TimeRange
 
@@ -90,19 +89,27 @@ def test_a_turn_is_about_the_period_when_said_in_it_or_when_its_dates_fall_in_it
     assert "[last month = " in told_later.candidate.body  # resolved once, here; packing keeps it
 
 
+def _gist_of(first: date, last: date, *, text: str = "A gist.", distance: float = 0.2) -> NearGist:
+    """A gist row whose event is the days [first, last] (the span retrieval.fragments.gist_days gives it)."""
+    return NearGist(gist_id="g", conversation_id="c", segment_id="s", text=text, event_date=first,
+                    date_precision="day", turn_ids=["t1"], said_at=ASKED, first_day=first, last_day=last,
+                    distance=distance)
+
+
 def test_gists_and_facts_about_the_period():
     event = understand("What did Alice do in February 2024?", ASKED)
     state = understand("Where did Alice live in February 2024?", ASKED)
     # The rows carry the days their query gives them (retrieval.fragments.gist_days / fact_days).
-    assert gist_is_about({"first_day": date(2024, 2, 1), "last_day": date(2024, 2, 29)}, event)
-    assert not gist_is_about({"first_day": date(2024, 1, 17), "last_day": date(2024, 1, 17)}, event)
-    assert gist_is_about({"first_day": date(2024, 1, 17), "last_day": date(2024, 1, 17)}, state)  # before its end
+    assert gist_is_about(_gist_of(date(2024, 2, 1), date(2024, 2, 29)), event)
+    assert not gist_is_about(_gist_of(date(2024, 1, 17), date(2024, 1, 17)), event)
+    assert gist_is_about(_gist_of(date(2024, 1, 17), date(2024, 1, 17)), state)  # before its end
 
     def fact(point=None, start=None, end=None, said=datetime(2024, 1, 17, tzinfo=UTC)):
         first = point or start or (None if end is not None else said.date())
         last = point or end or (None if start is not None else said.date())
-        return {"point_in_time": point, "start_time": start, "end_time": end, "said_at": said,
-                "first_day": first, "last_day": last}
+        return NamedFact(fact_id="f", conversation_id="c", segment_id="s", subject="Alice", predicate="lives_in",
+                         object="Porto", point_in_time=point, start_time=start, end_time=end, turn_ids=["t1"],
+                         said_at=said, first_day=first, last_day=last, current=True)
 
     assert fact_is_about(fact(start=date(2019, 1, 1), end=date(2024, 3, 1)), event)  # held then
     assert fact_is_about(fact(start=date(2024, 1, 1)), event)  # open: still holds
@@ -125,9 +132,7 @@ def test_what_is_about_the_period_ranks_first_and_the_rest_stays_after_it():
 
 
 def test_enrichment_ranked_last_stays_after_every_turn_of_its_standing_but_before_those_outside_the_period():
-    gist = gist_candidate({"gist_id": "g", "conversation_id": "c", "segment_id": "s", "text": "Alice moved to Porto.",
-                           "turn_ids": ["t1"], "said_at": ASKED, "event_date": None, "date_precision": None,
-                           "distance": 0.1}, 1, 30)
+    gist = gist_candidate(_gist_of(ASKED.date(), ASKED.date(), text="Alice moved to Porto.", distance=0.1), 1, 30)
     turn = Found(turn_candidate(_turn("weak", "y", ASKED, score=0.001)), about=False)
     last = weighted(Found(gist, about=False), 0.0)
     assert last.candidate.score == 0.0 and weighted(Found(gist, about=False), 1.0).candidate is gist

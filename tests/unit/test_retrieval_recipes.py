@@ -12,24 +12,18 @@ from psycopg import sql
 from epistream.consumers.retrieval import (
     DENSE_TURNS,
     FUSED_TURNS,
-    KEYWORD_CONFIG,
-    LEXICAL_GISTS,
-    LEXICAL_TURNS,
-    ROUTER_DEFAULT,
-    ROUTER_RRF,
     SEGMENT_PATHWAYS,
     Recipes,
     SegmentRecipe,
     TurnRecipe,
-    any_keyword,
     from_settings,
     fuse,
-    in_scope,
-    min_max,
-    overlaps_window,
     reciprocal_rank,
-    turns_by_id,
 )
+from epistream.consumers.retrieval.fragments import any_keyword, in_scope, overlaps_window, turns_by_id
+from epistream.consumers.retrieval.fusion import min_max
+from epistream.consumers.retrieval.recipes import KEYWORD_CONFIG, ROUTER_DEFAULT, ROUTER_RRF
+from epistream.consumers.retrieval.seeds import LEXICAL_GISTS, LEXICAL_TURNS
 from epistream.consumers.retrieval.segments import DENSE_PATHWAY, lexical_pathway, summary_pathway
 from epistream.consumers.retrieval.turns import fused_turn_search
 from epistream.settings.processes import Settings

@@ -11,23 +11,23 @@ from datetime import date, datetime, timedelta, timezone
 import pytest
 
 from epistream.consumers.assistants import QuotedTurn
-from epistream.consumers.tools import (
-    AssistantReadResult,
-    Cut,
-    EntityContexts,
+from epistream.consumers.tools import AssistantReadResult, SegmentResult
+from epistream.consumers.tools.observations import (
     EntityContextsResult,
+    GistContextsResult,
+    NotFoundResult,
+    RetrievalResult,
+)
+from epistream.consumers.tools.results import (
+    EntityContexts,
     EntityRef,
     FactRow,
     GistContexts,
-    GistContextsResult,
     GistHit,
-    NotFoundResult,
-    RetrievalResult,
     SegmentRead,
-    SegmentResult,
     TurnHit,
-    bounded_json,
 )
+from epistream.consumers.tools.shaping import Cut, bounded_json
 
 LOCAL = timezone(timedelta(hours=1))
 SAID = datetime(2024, 9, 30, 20, 0, tzinfo=LOCAL)

@@ -8,19 +8,10 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from epistream.consumers.tools import (
-    MAX_LIMIT,
-    TOOL_SPECS,
-    FindEntityContextsArgs,
-    LexicalRetrieveArgs,
-    ToolArgumentError,
-    call_tool,
-    fit,
-    openai_tools,
-    period,
-    resolve_range,
-    validate_arguments,
-)
+from epistream.consumers.tools import TOOL_SPECS, ToolArgumentError, call_tool, openai_tools, validate_arguments
+from epistream.consumers.tools.limits import MAX_LIMIT
+from epistream.consumers.tools.schemas import FindEntityContextsArgs, LexicalRetrieveArgs, period, resolve_range
+from epistream.consumers.tools.shaping import fit
 from epistream.core.dates import ResolvedDate
 
 ASKED_AT = datetime(2025, 6, 15, 12, 0, tzinfo=timezone(timedelta(hours=1)))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from epistream.apps.cli.access import add_access_commands
 from epistream.apps.cli.mcp import add_mcp_command
 from epistream.apps.cli.output import fail_loudly, print_answer, print_rows, unhealthy
+from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, CONTEXT_BUDGET_MAX, CONTEXT_BUDGET_MIN
 from epistream.core import tracing
 from epistream.errors import SettingsError
 from epistream.settings.processes import ClientSettings, Settings, load_settings
@@ -375,7 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "a prompt-ready text block, or the whole reply with --json")
     p.add_argument("question")
     p.add_argument("--tenant", default="demo")
-    p.add_argument("--budget", type=int, default=1000, help="most tokens of memory (50..32000; default 1000)")
+    p.add_argument("--budget", type=int, default=CONTEXT_BUDGET_DEFAULT, help=f"most tokens of memory "
+                   f"({CONTEXT_BUDGET_MIN}..{CONTEXT_BUDGET_MAX}; default {CONTEXT_BUDGET_DEFAULT})")
     p.add_argument("--since", help="only memory from this ISO-8601 time on")
     p.add_argument("--until", help="only memory before this ISO-8601 time")
     p.add_argument("--conversation", action="append", help="restrict to this conversation (repeatable)")

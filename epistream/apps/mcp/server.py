@@ -28,7 +28,7 @@ from epistream.apps.mcp.arguments import (
     turns_for,
 )
 from epistream.contracts.events import MemoryEvent
-from epistream.contracts.questions import Question
+from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, CONTEXT_BUDGET_MAX, CONTEXT_BUDGET_MIN, Question
 from epistream.contracts.replies import Answer, MemoryContext
 from epistream.errors import ContractError
 from epistream.settings.processes import McpServerSettings
@@ -134,7 +134,8 @@ class Tools:
     async def recall(
         self,
         question: Annotated[str, Field(description="What the memory is for: a question or the topic at hand.")],
-        budget_tokens: Annotated[int, Field(description="Most tokens of memory to return (50 to 32000).")] = 1000,
+        budget_tokens: Annotated[int, Field(description=f"Most tokens of memory to return ({CONTEXT_BUDGET_MIN} to "
+                                                        f"{CONTEXT_BUDGET_MAX}).")] = CONTEXT_BUDGET_DEFAULT,
         since: Annotated[datetime | None, Field(
             description="Only memory from this time on (ISO-8601; without an offset: UTC).")] = None,
         until: Annotated[datetime | None, Field(description="Only memory before this time.")] = None,
