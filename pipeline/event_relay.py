@@ -5,7 +5,7 @@ every later one, for the next round). Delivery is at least once: a crash between
 sends it again, with the same event id.
 
 One relay serves both workers that write events: the ingest worker and the enrich worker each run one
-(woken after their own commits, so an event waits milliseconds, and every `segment_check_every_s` for
+(woken after their own commits, so an event waits milliseconds, and every `events_relay_every_s` for
 what others wrote: a CLI forget, a crashed worker's rows). A PostgreSQL advisory lock lets one relay
 publish at a time across all processes, so two never interleave their sends of the same rows."""
 
@@ -76,7 +76,7 @@ class EventRelay:
         try:
             while True:
                 try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.settings.segment_check_every_s)
+                    await asyncio.wait_for(self._wake.wait(), timeout=self.settings.events_relay_every_s)
                 except TimeoutError:
                     pass
                 self._wake.clear()

@@ -17,7 +17,7 @@ class SegmentSettings(BaseSettings):
     segment_overlap: float = Field(0.10, description="Share of the budget carried into the next segment.")
     segment_max_gap_s: float = Field(6 * 3600, description="A longer gap between turns closes the segment.")
     segment_idle_s: float = Field(300.0, description="Close a conversation's open segment after this idle time.")
-    segment_check_every_s: float = Field(5.0, description="How often idle segments and the outboxes (segments, memory events) are checked.")
+    segment_check_every_s: float = Field(5.0, description="How often idle segments and the segment outbox are checked (the housekeeping tick).")
     enrich_concurrency: int = Field(1, description="Segments enriched at once per worker.")
     enrich_retry_every_s: float = Field(
         5.0, description="During a model outage: first pause before a probe call, and how often waiting segments are retried."

@@ -160,7 +160,7 @@ def test_with_claims_checked_a_tenant_reads_only_its_own_events_topic(kafka, uni
                                         (late,)).fetchall()
 
             wait_for(lambda: waiting() == [(None,)], timeout=60, what="the late tenant's event in the outbox")
-            time.sleep(2 * settings.segment_check_every_s)  # relay rounds pass: it stays there
+            time.sleep(2 * settings.events_relay_every_s)  # relay rounds pass: it stays there
             assert waiting() == [(None,)]
             assert guarded.cli("tenant", "add", late).returncode == 0
             own_late = _events(settings, tenant_events_topic(settings.topic_events, late),

@@ -17,9 +17,10 @@ from epistream.client.sources import (
     read_turns_jsonl,
 )
 from epistream.contracts.turns import Turn
+from epistream.testing.datasets import locomo_dev
 
 REPO = Path(__file__).resolve().parents[2]
-LOCOMO_DEV = REPO.parent / "shared/data/locomo/locomo-dev.json"
+LOCOMO_DEV = locomo_dev()
 SAMPLE_CONVERSATION = REPO / "epistream/data/sample_conversation.jsonl"
 SAMPLE_QUESTIONS = REPO / "epistream/data/sample_questions.json"
 
