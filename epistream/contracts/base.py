@@ -17,21 +17,17 @@ from pydantic import (
 
 SCHEMA_VERSION = 1
 
-
 #: The UTC instants a turn may carry: PostgreSQL stores a wider range than Python's datetime
 #: (years 1-9999) reads back, and a stored instant is read back in a UTC offset of up to a day,
 #: so a day inside Python's range at each end keeps every stored time readable.
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
-
-
 LATEST = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
-
 
 #: How deep a turn's metadata may nest (PostgreSQL's jsonb and every reader stay far from a limit).
 METADATA_MAX_DEPTH = 32
 
 
-def _storable(text: str) -> str:
+def storable_text(text: str) -> str:
     # PostgreSQL text cannot hold NUL, and a lone surrogate has no UTF-8 form: reject both here,
     # with a reason, instead of letting the database refuse the whole batch.
     if "\x00" in text:
@@ -47,12 +43,12 @@ def _storable_json(value: Any, depth: int = 0) -> None:
     if depth > METADATA_MAX_DEPTH:
         raise ValueError(f"nested more than {METADATA_MAX_DEPTH} levels deep")
     if isinstance(value, str):
-        _storable(value)
+        storable_text(value)
     elif isinstance(value, float) and not math.isfinite(value):
         raise ValueError("holds a number that is not finite (NaN or Infinity)")
     elif isinstance(value, dict):
         for key, item in value.items():
-            _storable(key)
+            storable_text(key)
             _storable_json(item, depth + 1)
     elif isinstance(value, list):
         for item in value:
@@ -75,14 +71,14 @@ def _round_trips(ts: datetime) -> datetime:
 
 
 Identifier = Annotated[
-    str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True), AfterValidator(_storable)
+    str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True), AfterValidator(storable_text)
 ]
 
 
-Text = Annotated[str, StringConstraints(min_length=1, max_length=20_000), AfterValidator(_storable)]
+Text = Annotated[str, StringConstraints(min_length=1, max_length=20_000), AfterValidator(storable_text)]
 
 
-Speaker = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_storable)]
+Speaker = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(storable_text)]
 
 
 Instant = Annotated[AwareDatetime, AfterValidator(_round_trips)]

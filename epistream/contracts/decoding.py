@@ -15,8 +15,6 @@ from epistream.errors import ContractError
 from .base import Contract
 
 C = TypeVar("C", bound=Contract)
-
-
 D = TypeVar("D", bound=Contract)
 
 

@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from .base import Contract, Identifier, Instant, TopicName, _storable
+from .base import Contract, Identifier, Instant, TopicName, storable_text
 from .positions import Position
 
 
@@ -30,13 +30,8 @@ class Mode(StrEnum):
 
 #: A context read's token budget when the question names none, and the range it may name.
 CONTEXT_BUDGET_DEFAULT = 1_000
-
-
 CONTEXT_BUDGET_MIN = 50
-
-
 CONTEXT_BUDGET_MAX = 32_000
-
 
 #: The modes that read memory through the budgeted context builder (budget and time range apply).
 CONTEXT_MODES = frozenset({"context", "fast"})
@@ -72,7 +67,7 @@ class Question(Contract):
 
     question_id: Identifier
     tenant: Identifier
-    question: Annotated[str, StringConstraints(min_length=1, max_length=4_000), AfterValidator(_storable)]
+    question: Annotated[str, StringConstraints(min_length=1, max_length=4_000), AfterValidator(storable_text)]
     conversation_ids: list[Identifier] | None = None
     asked_at: AwareDatetime | None = None
     mode: Mode = Mode.AUTO

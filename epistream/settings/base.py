@@ -6,8 +6,6 @@ from __future__ import annotations
 from pydantic_settings import SettingsConfigDict
 
 ENV_PREFIX = "EPISTREAM_"
-
-
 SETTINGS_CONFIG = SettingsConfigDict(env_prefix=ENV_PREFIX, env_file=None, frozen=True, extra="ignore")
 
 
