@@ -1,5 +1,6 @@
 """What every settings group shares: one configuration (the ``EPISTREAM_`` prefix, frozen, no .env
-file), the error that names a bad variable, and the validators of list-valued variables."""
+file) and the validators of list-valued variables. A bad variable is named by a SettingsError
+(epistream.errors), raised by load_settings."""
 
 from __future__ import annotations
 
