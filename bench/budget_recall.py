@@ -37,7 +37,6 @@ from .budget_systems import (
     DeepWindows,
     DiskCachedEmbed,
     MemoEmbedder,
-    Memory,
     OfflineTurns,
     Query,
     RouterSegments,
@@ -234,27 +233,6 @@ def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no
             StoredTurns("fused_turns", memory, recipes), StoredTurns("dense_turns", memory, recipes, dense_only=True),
             RouterSegments(memory, recipes, turns_by_id), DeepWindows(memory, recipes, memo),
             StoredTurns("top_k_turns", memory, recipes, recipe_top_k=True)]
-
-
-async def on_stack_memory(settings: Settings, pool, embedder, tenant: str,  # type: ignore[no-untyped-def]
-                          samples: list[LocomoSample], questions: list[tuple[LocomoSample, Any]], vectors
-                          ) -> dict[str, Any]:
-    """The stored systems' recall at equal budgets over memory already stored (bench.locomo_eval's
-    tenant on the running stack): the figures keyed like this command's own."""
-    from epistream.consumers.retrieval import from_settings
-
-    queries = []
-    for (sample, qa), vector in zip(questions, vectors, strict=True):
-        queries.append(Query(key=f"{sample.sample_id}#{sample.qa.index(qa)}", sample_id=sample.sample_id,
-                             conversation_id=sample.conversation_id, question=qa.question, category=qa.category,
-                             evidence=tuple(qa.evidence), asked_at=max(t.ts for t in sample.turns) + timedelta(days=1),
-                             vector=vector))
-    by_id = {(t.conversation_id, t.turn_id): t for s in samples for t in s.turns}
-    systems = stored_systems(Memory(settings, "", pool, tenant), from_settings(settings), by_id, embedder)
-    records = await score(systems, queries)
-    summary = summarise(records, [s.name for s in systems], BUDGETS, PIECE_COUNTS)
-    return {"recall_at_budget_questions": len(records),
-            **{k: v for k, v in summary.items() if k.endswith("_at_budget") or k.endswith("_by_category")}}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
