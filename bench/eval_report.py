@@ -16,19 +16,16 @@ def _round(value: float | None, digits: int = 4) -> float | None:
 
 
 def summarise_system(records: list[dict[str, Any]], system: str) -> dict[str, Any] | None:
-    """Per category and overall: F1, BLEU-1, judge accuracy, abstention, tokens per query, latency."""
+    """Per category and overall: F1, BLEU-1, abstention, tokens per query, latency."""
     rows = [(r["category"], r["systems"][system]) for r in records if system in r.get("systems", {})]
     if not rows:
         return None
 
     def block(items: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
-        judged = [s["judge"] for _, s in items if s.get("judge") is not None]
         return {
             "n": len(items),
             "f1": _round(mean(s["f1"] for _, s in items)),
             "bleu1": _round(mean(s["bleu1"] for _, s in items)),
-            "judge_accuracy": _round(sum(judged) / len(judged)) if judged else None,
-            "judged": len(judged),
             "abstained": sum(1 for _, s in items if s["abstained"]),
             "errors": sum(1 for _, s in items if s.get("error")),
             "cited_evidence_recall": _round(mean(s.get("cited_evidence_recall") for _, s in items)),
@@ -95,9 +92,7 @@ def markdown(result: dict[str, Any]) -> str:
 def _answer_tables(systems: dict[str, dict[str, Any]], baseline_k: int | None) -> list[str]:
     names = list(systems)
     label = {n: SYSTEM_LABELS.get(n, n) + (f" (k={baseline_k})" if n == "dense_top_k" else "") for n in names}
-    judge = any(systems[n]["all"]["judged"] for n in names)
-    header = ["category", "n", *(f"{label[n]} F1 | BLEU-1" for n in names),
-              *(f"{label[n]} judge" for n in names if judge)]
+    header = ["category", "n", *(f"{label[n]} F1 | BLEU-1" for n in names)]
     categories = sorted({c for n in names for c in systems[n]["per_category"]}, key=int)
     picks = [(f"{c} {CATEGORY_NAMES.get(int(c), '')}", lambda s, c=c: s["per_category"].get(c)) for c in categories]
     picks += [("1-4 overall", lambda s: s["answerable_1_4"]), ("all", lambda s: s["all"])]
@@ -106,7 +101,6 @@ def _answer_tables(systems: dict[str, dict[str, Any]], baseline_k: int | None) -
         blocks = [pick(systems[n]) for n in names]
         row = [title, next((b["n"] for b in blocks if b), 0)]
         row += [f"{_fmt(b['f1'] if b else None)} | {_fmt(b['bleu1'] if b else None)}" for b in blocks]
-        row += [_fmt(b["judge_accuracy"] if b else None) for b in blocks] if judge else []
         rows.append(row)
     costs = []
     for n in names:
@@ -118,7 +112,7 @@ def _answer_tables(systems: dict[str, dict[str, Any]], baseline_k: int | None) -
                       f"{s['all']['abstained']}/{s['all']['n']}", s["all"]["errors"],
                       _fmt(s["all"]["context_evidence_recall"], 2), roles, f"{calls:.1f}",
                       f"{_fmt(s['latency_s']['p50'], 1)} / {_fmt(s['latency_s']['p95'], 1)}"])
-    return [report.table(header, rows, "lr" + "rr" * len(names) + "r" * len(names) * judge), "",
+    return [report.table(header, rows, "lr" + "rr" * len(names)), "",
             report.table(["system", "abstention precision", "abstention recall (cat 5)", "abstained", "errors",
                           "context holds the evidence", "tokens/query (prompt+completion) by role", "calls/query",
                           "latency p50 / p95 (s)"], costs, "lrrrrrlrr")]

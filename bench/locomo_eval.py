@@ -5,7 +5,7 @@
    `--wait-enrichment`, until every segment is enriched or failed.
 2. Asks the sampled questions through `memory.questions` (a reply topic per run),
    several in flight, and scores the answers: token F1, BLEU-1, abstention, tokens,
-   latency, and an LLM judge when `--judge-base-url` is given.
+   latency.
 3. Answers the same questions with two baselines on the same master endpoint:
    the whole conversation in the window, and the k nearest turns by embedding.
 4. Writes JSON and a PNG chart, prints a markdown summary, and forgets the tenant
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 import time
 import uuid
@@ -28,7 +27,6 @@ from typing import Any
 
 import psycopg
 from aiokafka import TopicPartition
-from pydantic import SecretStr
 
 from epistream.client.sources import LocomoQA, LocomoSample, load_locomo
 from epistream.contracts.questions import Mode, Question
@@ -36,7 +34,6 @@ from epistream.contracts.replies import Answer
 from epistream.messaging.kafka_io import create_consumer
 from epistream.messaging.topics import create_topic, delete_topics
 from epistream.ops.readiness import WaitTimeout
-from epistream.settings.models import JsonMode
 from epistream.settings.processes import Settings
 
 from . import eval_report
@@ -88,12 +85,6 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--baseline-timeout", type=float, default=600.0,
                    help="HTTP timeout of one baseline model call (a full window on a CPU model is slow)")
     p.add_argument("--no-questions", action="store_true", help="only ingest (and, with --wait-enrichment, enrich)")
-    p.add_argument("--judge-base-url", help="OpenAI-compatible endpoint of an LLM judge (enables judge accuracy)")
-    p.add_argument("--judge-model", help="judge model name (default: the master model's name)")
-    p.add_argument("--judge-api-key-env", default="EPISTREAM_JUDGE_API_KEY",
-                   help="environment variable holding the judge's API key (default: the master's key)")
-    p.add_argument("--judge-json-mode", choices=[m.value for m in JsonMode],
-                   help="structured-output dialect of the judge endpoint (default: EPISTREAM_LLM_JSON_MODE)")
     p.add_argument("--tenant", help="tenant to ingest under (default: a fresh eval-<run id>)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results; the PNG goes beside it")
     p.add_argument("--keep", action="store_true", help="keep the run's tenant data and reply topic")
@@ -412,29 +403,6 @@ async def run_baselines(settings: Settings, pool, tenant: str, items: list[Item]
     return out
 
 
-async def run_judge(settings: Settings, args: argparse.Namespace, items: list[Item],
-                    records: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    from epistream.core.metrics import Metrics
-    from epistream.ops.resources import model_client
-
-    from .eval_baselines import judge
-
-    key = os.environ.get(args.judge_api_key_env) if args.judge_api_key_env else None
-    judge_settings = settings.with_overrides(**({"llm_api_key": SecretStr(key)} if key else {}))
-    client = model_client(judge_settings, "judge", Metrics.create(), base_url=args.judge_base_url,
-                          model=args.judge_model or None,
-                          json_mode=JsonMode(args.judge_json_mode) if args.judge_json_mode else None)
-    tokens = [0, 0]
-    for item in items:
-        for system in records[item.index]["systems"].values():
-            verdict, usage = await judge(client, item.qa.question, item.gold, system.get("answer") or "")
-            system["judge"] = verdict
-            tokens[0] += usage.prompt_tokens
-            tokens[1] += usage.completion_tokens
-    return {"base_url": args.judge_base_url, "model": client.model, "prompt_tokens": tokens[0],
-            "completion_tokens": tokens[1]}
-
-
 # --- the run ----------------------------------------------------------------------------------
 
 
@@ -534,9 +502,6 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
                 timings["baselines_s"] = round(time.perf_counter() - started, 1)
                 for index, systems in baselines.items():
                     records[index]["systems"].update(systems)
-            if args.judge_base_url:
-                print(f"\n4. judging with {args.judge_base_url}", flush=True)
-                result["judge"] = await run_judge(settings, args, asked, records)
         result["questions"] = [records[it.index] for it in asked]
         result["systems"] = {name: eval_report.summarise_system(result["questions"], name)
                              for name in ("epistream", "full_context", "dense_top_k")}
