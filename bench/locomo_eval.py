@@ -40,7 +40,7 @@ from . import eval_report
 from .eval_metrics import ADVERSARIAL, recall_at_k, sample_by_category, score_answer
 from .ingest import wait_for_rows
 from .stack import stale_worker_sources, up
-from .store_state import StoreState, store_state_async, wait_for_enrichment_async
+from .store_state import StoreState, store_state, wait_for_enrichment
 from .worker_metrics import model_requests, request_delta
 
 log = logging.getLogger("bench.locomo_eval")
@@ -141,7 +141,7 @@ async def ingest(settings: Settings, samples: list[LocomoSample]) -> int:
     return await produce_raw(settings, records)
 
 
-async def wait_for_enrichment(url: str, tenant: str, timeout_s: float, idle_close_s: float) -> tuple[bool, float]:
+async def await_enrichment(url: str, tenant: str, timeout_s: float, idle_close_s: float) -> tuple[bool, float]:
     """The wait until every turn is in a closed segment and no segment is pending; (done, seconds)."""
     started = time.perf_counter()
     print(f"  waiting for segments to close (the last one closes {idle_close_s:.0f}s after the last turn) "
@@ -158,8 +158,8 @@ async def wait_for_enrichment(url: str, tenant: str, timeout_s: float, idle_clos
             last = summary
 
     try:
-        state = await wait_for_enrichment_async(url, tenant, timeout_s=timeout_s, interval_s=ENRICH_POLL_S,
-                                                on_poll=show)
+        state = await asyncio.to_thread(wait_for_enrichment, url, tenant, timeout_s=timeout_s,
+                                        interval_s=ENRICH_POLL_S, on_poll=show)
     except WaitTimeout as exc:
         print(f"  enrichment not done after {timeout_s:.0f}s: {exc.last}; going on", flush=True)
         return False, time.perf_counter() - started
@@ -446,13 +446,13 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
     print(f"  {expected}/{expected} turns stored ({time.perf_counter() - started:.1f}s)", flush=True)
     timings["ingest_s"] = round(time.perf_counter() - started, 2)
     if args.wait_enrichment:
-        done, waited = await wait_for_enrichment(url, tenant, args.enrichment_timeout, settings.segment_idle_s)
+        done, waited = await await_enrichment(url, tenant, args.enrichment_timeout, settings.segment_idle_s)
         timings["enrichment_wait_s"] = round(waited, 1)
         if not done:
             notes.append(f"enrichment was not finished after {args.enrichment_timeout:.0f}s: "
                          "summaries are missing for some segments")
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        state = await store_state_async(conn, tenant)
+    with psycopg.connect(url) as conn:
+        state = store_state(conn, tenant)
     result["store"] = {"turns": state.turns, "segments": state.segments, "enriched": state.enriched,
                        "failed": state.failed, "gists": state.gists, "facts": state.facts}
 
