@@ -37,7 +37,6 @@ from .budget_systems import (
     DeepWindows,
     DiskCachedEmbed,
     MemoEmbedder,
-    Memory,
     OfflineTurns,
     Query,
     RouterSegments,
@@ -59,8 +58,6 @@ DEFAULT_OUT = ROOT / "bench" / "results" / "budget-recall.json"
 # Issue 12's split of the dev conversations: choices are picked on the first, figures reported on the second.
 SPLITS = {"pick": ("conv-26", "conv-30", "conv-41"), "report": ("conv-42", "conv-43")}
 TENANT = "budget-eval"
-# The old figures' unit (the eval's dense top-k baseline reads 10 turns), for comparison only.
-PIECE_COUNTS = (5, 10, 20, 40)
 
 
 def split_samples(samples: list[LocomoSample], split: str) -> list[LocomoSample]:
@@ -98,20 +95,16 @@ def questions_with_evidence(samples: list[LocomoSample]):  # type: ignore[no-unt
 
 async def score(systems: list[System], queries: list[Query], budgets: tuple[int, ...] = BUDGETS
                 ) -> list[dict[str, Any]]:
-    """Per question, per system, per budget: verbatim recall, recall with sources, tokens used; and,
-    for rankings, recall of the first k pieces (``recall_at_pieces``: counts pieces, not tokens)."""
+    """Per question, per system, per budget: verbatim recall, recall with sources, tokens used."""
     records = []
     for query in queries:
         record: dict[str, Any] = {"key": query.key, "sample_id": query.sample_id, "category": query.category,
                                   "evidence": list(query.evidence), "recall": {}, "recall_with_sources": {},
-                                  "tokens": {}, "recall_at_pieces": {}}
+                                  "tokens": {}}
         for system in systems:
             ranked = None if system.budget_aware else await system.pieces(query, max(budgets))
             for figure in ("recall", "recall_with_sources", "tokens"):
                 record[figure].setdefault(system.name, {})
-            if ranked is not None:
-                record["recall_at_pieces"][system.name] = {
-                    str(k): verbatim_recall(query.evidence, ranked[:k]) for k in PIECE_COUNTS}
             for budget in budgets:
                 context = cut(await system.pieces(query, budget) if ranked is None else ranked, budget)
                 record["recall"][system.name][str(budget)] = verbatim_recall(query.evidence, context)
@@ -184,7 +177,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     names = [s.name for s in systems]
     present = {r["sample_id"] for r in records}
     result["by_split"] = {
-        split: summarise([r for r in records if r["sample_id"] in ids], names, BUDGETS, PIECE_COUNTS)
+        split: summarise([r for r in records if r["sample_id"] in ids], names, BUDGETS)
         for split, ids in (("pick", SPLITS["pick"]), ("report", SPLITS["report"]),
                            ("all", SPLITS["pick"] + SPLITS["report"]))
         if present & set(ids)}
@@ -192,7 +185,6 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     for figure in FIGURES:
         result[f"{figure}_at_budget"] = headline[f"{figure}_at_budget"]
         result[f"{figure}_at_budget_by_category"] = headline[f"{figure}_at_budget_by_category"]
-    result["recall_at_pieces"] = headline["recall_at_pieces"]
     result["timings"] = timings
     result["questions"] = [kept_per_question(r) for r in records]
     return result
@@ -241,27 +233,6 @@ def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no
             StoredTurns("top_k_turns", memory, recipes, recipe_top_k=True)]
 
 
-async def on_stack_memory(settings: Settings, pool, embedder, tenant: str,  # type: ignore[no-untyped-def]
-                          samples: list[LocomoSample], questions: list[tuple[LocomoSample, Any]], vectors
-                          ) -> dict[str, Any]:
-    """The stored systems' recall at equal budgets over memory already stored (bench.locomo_eval's
-    tenant on the running stack): the figures keyed like this command's own."""
-    from epistream.consumers.retrieval import from_settings
-
-    queries = []
-    for (sample, qa), vector in zip(questions, vectors, strict=True):
-        queries.append(Query(key=f"{sample.sample_id}#{sample.qa.index(qa)}", sample_id=sample.sample_id,
-                             conversation_id=sample.conversation_id, question=qa.question, category=qa.category,
-                             evidence=tuple(qa.evidence), asked_at=max(t.ts for t in sample.turns) + timedelta(days=1),
-                             vector=vector))
-    by_id = {(t.conversation_id, t.turn_id): t for s in samples for t in s.turns}
-    systems = stored_systems(Memory(settings, "", pool, tenant), from_settings(settings), by_id, embedder)
-    records = await score(systems, queries)
-    summary = summarise(records, [s.name for s in systems], BUDGETS, PIECE_COUNTS)
-    return {"recall_at_budget_questions": len(records),
-            **{k: v for k, v in summary.items() if k.endswith("_at_budget") or k.endswith("_by_category")}}
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.budget_recall", description=__doc__.split("\n\n")[0])
     p.add_argument("path", nargs="?", type=Path, default=DEFAULT_DATA, help="a LoCoMo-format JSON file")
@@ -302,15 +273,10 @@ def main(argv: list[str] | None = None) -> int:
 FIGURES = ("recall", "recall_with_sources", "tokens")
 
 
-def summarise(records: list[dict[str, Any]], systems: Iterable[str], budgets: Iterable[int],
-              piece_counts: Iterable[int] = ()) -> dict[str, Any]:
-    """Means over questions: overall and per category, keyed system -> budget (as a string); and
-    recall of the first k pieces for the rankings (``recall_at_pieces``, k counts pieces)."""
+def summarise(records: list[dict[str, Any]], systems: Iterable[str], budgets: Iterable[int]) -> dict[str, Any]:
+    """Means over questions: overall and per category, keyed system -> budget (as a string)."""
     systems, budgets = list(systems), [str(b) for b in budgets]
     out: dict[str, Any] = {"questions": len(records)}
-    out["recall_at_pieces"] = {
-        s: {str(k): _mean(records, "recall_at_pieces", s, str(k)) for k in piece_counts}
-        for s in systems if any(s in r.get("recall_at_pieces", {}) for r in records)}
     for figure in FIGURES:
         out[f"{figure}_at_budget"] = {
             s: {b: _mean(records, figure, s, b) for b in budgets} for s in systems}
@@ -374,8 +340,6 @@ def markdown(result: dict[str, Any]) -> str:
     last = next(reversed(result["by_split"].values()))
     parts.append(table(last, "tokens", "tokens in the cut context (mean)"))
     parts.append(table(last, "recall_with_sources", "recall also crediting gist/fact source turns"))
-    parts.append(table({"questions": last["questions"], "pieces_at_budget": last["recall_at_pieces"]}, "pieces",
-                       "recall of the first k pieces (k counts turns, not tokens; the old figures' unit)"))
     if result.get("context_latency_ms"):
         budgets = sorted({b for per in result["context_latency_ms"].values() for b in per}, key=int)
         rows = ["| read latency ms, p50 / p95 | " + " | ".join(budgets) + " |", "|---|" + "---:|" * len(budgets)]

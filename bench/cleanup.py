@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
-from psycopg import sql
 
 from epistream.messaging.kafka_io import consumer_lag
 from epistream.messaging.topics import delete_records, log_offsets
@@ -20,12 +19,6 @@ from epistream.pipeline.store.tombstones import WHOLE_TENANT
 from epistream.settings.processes import Settings
 
 BENCH_PREFIX = "bench-"
-# Every table that holds a tenant column; memory.tombstones is left out on purpose (see forget_tenants).
-TENANT_TABLES = ("turns", "segmenter_state", "segments", "gists", "entities", "gist_mentions", "facts")
-PENDING_BY_TENANT = """
-SELECT tenant, count(*) FROM memory.segments
-WHERE status = 'pending' AND published_at IS NOT NULL GROUP BY tenant
-"""
 
 
 async def _connect(url: str) -> psycopg.AsyncConnection:
@@ -64,23 +57,6 @@ def forget_tenants(url: str, tenants: Sequence[str]) -> dict[str, int]:
         return totals
 
     return asyncio.run(run())
-
-
-def remaining_rows(url: str, tenants: Sequence[str]) -> dict[str, int]:
-    """Rows still held for these tenants, by table: all zero after forget_tenants."""
-    with psycopg.connect(url) as conn:
-        return {
-            table: int(conn.execute(  # type: ignore[index]
-                sql.SQL("SELECT count(*) FROM memory.{} WHERE tenant = ANY(%s)").format(sql.Identifier(table)),
-                (list(tenants),)).fetchone()[0])
-            for table in TENANT_TABLES
-        }
-
-
-def pending_by_tenant(url: str) -> dict[str, int]:
-    """Segments sent to memory.segments and not yet enriched, per tenant (all tenants)."""
-    with psycopg.connect(url) as conn:
-        return {t: int(n) for t, n in conn.execute(PENDING_BY_TENANT).fetchall()}
 
 
 @dataclass(frozen=True)

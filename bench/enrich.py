@@ -1,12 +1,8 @@
 """The enrichment benchmark: stream LoCoMo at a steady rate, wait until every segment is enriched or
 failed (sampling the tenant's progress as it goes), then read what happened from the database, the
 worker's counters and the model server itself: one enrichment request, exactly as the worker builds it,
-sent straight to the model server twice, the model's own limit in the same run.
-
-The first direct call is what a new segment costs the model back to back (the system prompt's prefix is
-already evaluated, as it is between the worker's calls); the second, identical one finds its whole
-prompt evaluated (llama.cpp keeps the last prompt's tokens), so it is the generation alone. Together they
-give the model's prompt and generation speeds.
+sent straight to the model server, the model's own limit in the same run (what a new segment costs the
+model back to back: the system prompt's prefix is already evaluated, as it is between the worker's calls).
 """
 
 from __future__ import annotations
@@ -16,8 +12,8 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +45,7 @@ from .stack import (
     worker_setting,
 )
 from .store_state import StoreState, wait_for_enrichment
-from .worker_metrics import ExtractorCounters, Increase, model_calls_all_workers, scrape_extractor
+from .worker_metrics import Increase, scrape_extractor
 from .workload import enrich_workload, expected_segments
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,30 +61,6 @@ WORKER_SETTINGS = tuple(
     )
     if name in Settings.model_fields  # settings come and go as the pipeline evolves
 )
-
-
-@dataclass
-class WorkerWatch:
-    """The ingest worker across the run: its counters' increase, and whether it was restarted."""
-
-    settings: Settings
-    counters: Increase[ExtractorCounters]
-    pids: list[int]
-
-    @classmethod
-    def start(cls, settings: Settings) -> WorkerWatch:
-        pid = worker_pid(settings)
-        return cls(settings, Increase(scrape_extractor(settings)), [pid] if pid else [])
-
-    def tick(self) -> None:
-        self.counters.add(scrape_extractor(self.settings))
-        pid = worker_pid(self.settings)
-        if pid and (not self.pids or self.pids[-1] != pid):
-            self.pids.append(pid)
-
-    @property
-    def restarted(self) -> bool:
-        return len(self.pids) > 1 or self.counters.resets > 0
 
 
 def _worker_settings(settings: Settings) -> dict[str, str | None]:
@@ -142,74 +114,59 @@ def run_enrich(settings: Settings, url: str, run_id: str, opts: EnrichOptions) -
     print(f"\nenrichment: {len(workload.turns)} turns of {len(workload.conversations)} conversations at "
           f"{opts.rate:g} turns/s, tenant {workload.tenant}; expect {sum(expected.values())} segments; "
           f"worker idle timeout {worker['segment_idle_s']}s")
-    others_waiting = {t: n for t, n in cleanup.pending_by_tenant(url).items() if t != workload.tenant}
-    if others_waiting:
-        print(f"  note: segments of other tenants are waiting for the same worker: {others_waiting}")
     # Bounded: with other tenants' segments queued, the model server never goes idle.
     waited_idle = wait_until_idle(model_pid, timeout_s=IDLE_BEFORE_STREAM_S)
     print(f"  model server {'idle' if waited_idle < IDLE_BEFORE_STREAM_S else 'still busy'} after "
           f"{waited_idle:.0f}s; streaming")
 
-    watch, cpu_before = WorkerWatch.start(settings), CpuSnapshot.take()
-    window_start = datetime.now(UTC)
+    # Summed across scrapes, so a worker restarted mid-run (its counters back at zero) loses at most a tick.
+    counters, cpu_before = Increase(scrape_extractor(settings)), CpuSnapshot.take()
     stream = _Stream(settings, [Record.of(t) for t in workload.turns], opts.rate)
     started = time.time()
     stream.start()
     outcome = wait_for_enrichment_sampled(
         url, workload.tenant, expected_turns=len(workload.turns), expected_segments=sum(expected.values()),
-        started=started, limits=WaitLimits(opts.max_minutes * 60, opts.stall_minutes * 60), tick=watch.tick,
+        started=started, limits=WaitLimits(opts.max_minutes * 60, opts.stall_minutes * 60),
+        tick=lambda: counters.add(scrape_extractor(settings)),
     )
     time.sleep(0.5)  # the worker counts a segment just after the commit the poll saw
-    watch.tick()
+    counters.add(scrape_extractor(settings))
     cpu_after = CpuSnapshot.take()
-    worker_at_end = _worker_settings(settings)
-    if watch.restarted:
-        print(f"  note: the ingest worker was restarted during the run (pids {watch.pids}); settings now {worker_at_end}")
-    window = (window_start, datetime.now(UTC))
     print(f"  {outcome.reason} after {outcome.waited_s / 60:.1f} min")
     if stream.error is not None:
         raise RuntimeError("streaming the turns failed") from stream.error
 
-    rows = read_run(url, workload.tenant, window)
+    rows = read_run(url, workload.tenant)
     typical = typical_segment_id(rows.segments)
     segment = load(url, workload.tenant, typical) if typical else None
     result_cleanup: dict[str, Any] = {"kept": opts.keep}
     cpu = cpu_report(settings, cpu_before, cpu_after)
 
-    def assemble(direct: DirectBaseline | None, idle_for_direct: bool | None) -> dict[str, Any]:
+    def assemble(direct: DirectBaseline | None) -> dict[str, Any]:
         result = build_result(
             workload=workload, quick=opts.quick, rate=opts.rate, worker=worker, expected=expected,
-            stream=stream.result, outcome=outcome, rows=rows, counters=watch.counters.total, direct=direct,
+            stream=stream.result, outcome=outcome, rows=rows, counters=counters.total, direct=direct,
             started=started, cpu=cpu, machine=report.machine_info(ROOT),
         )
         result["cleanup"] = result_cleanup
-        result["worker_restarts"] = {
-            "pids": watch.pids, "counter_resets": watch.counters.resets, "settings_at_end": worker_at_end,
-            "note": "a worker restarted mid-run (by anyone) may run other code and settings for the rest of the "
-            "run; counters are summed across restarts from 10 s scrapes, so a restart loses at most ~10 s of counts",
-        }
-        result["model_server_idle_before_stream"] = waited_idle < IDLE_BEFORE_STREAM_S
-        result["model_server_idle_before_direct"] = idle_for_direct
-        result["other_tenants_waiting_at_start"] = others_waiting
         return result
 
-    direct, idle_for_direct = None, None
+    direct = None
     try:
         if not outcome.complete and not opts.keep:
             result_cleanup.update(_cut_off(settings, url, workload.tenant))
         # Written now, and again with the baseline: the figures survive a run killed during the direct calls.
-        report.write_results(opts.results / enrich_report.JSON_NAME, assemble(None, None), enrich_report.write_chart)
+        report.write_results(opts.results / enrich_report.JSON_NAME, assemble(None), enrich_report.write_chart)
         if segment is not None:
             token_estimate = next(s["token_estimate"] for s in rows.segments if s["segment_id"] == typical)
-            direct, idle_for_direct = _direct_baseline(settings, model_pid, segment, token_estimate)
+            direct = _direct_baseline(settings, model_pid, segment, token_estimate)
     finally:
         if not opts.keep:
             again = cleanup.forget_tenants(url, [workload.tenant])  # everything, or what came after _cut_off
             removed = {k: v + result_cleanup.get("removed", {}).get(k, 0) for k, v in again.items()}
-            left = cleanup.remaining_rows(url, [workload.tenant])
-            result_cleanup.update(removed=removed, remaining=left)
-            print(f"removed the enrichment run's rows ({sum(removed.values())}); left: {sum(left.values())}")
-    result = assemble(direct, idle_for_direct)
+            result_cleanup.update(removed=removed)
+            print(f"removed the enrichment run's rows ({sum(removed.values())})")
+    result = assemble(direct)
     report.write_results(opts.results / enrich_report.JSON_NAME, result, enrich_report.write_chart,
                          enrich_report.markdown)
     return result
@@ -232,18 +189,16 @@ def _cut_off(settings: Settings, url: str, tenant: str) -> dict[str, Any]:
     }
 
 
-def _direct_baseline(
-    settings: Settings, model_pid: int | None, segment: Segment, token_estimate: int
-) -> tuple[DirectBaseline, bool]:
+def _direct_baseline(settings: Settings, model_pid: int | None, segment: Segment, token_estimate: int
+                     ) -> DirectBaseline:
     waited = wait_until_idle(model_pid, timeout_s=IDLE_BEFORE_DIRECT_S)
     idle = waited < IDLE_BEFORE_DIRECT_S
     print(f"direct model baseline: segment {segment.segment_id} ({len(segment.turns)} turns), model "
           f"server {'idle' if idle else 'STILL BUSY (baseline is contended)'} after {waited:.0f}s")
-    direct = measure_direct(settings, segment, token_estimate, lambda: model_calls_all_workers(settings))
-    print(f"  {direct.first.seconds:.1f}s then {direct.repeat.seconds:.1f}s (prompt cached); "
-          f"{direct.first.completion_tokens} completion tokens, finish {direct.first.finish_reason}, "
-          f"valid {direct.first.valid}")
-    return direct, idle
+    call = call_once(settings, segment)
+    print(f"  {call.seconds:.1f}s; {call.completion_tokens} completion tokens, finish {call.finish_reason}, "
+          f"valid {call.valid}")
+    return DirectBaseline(segment.segment_id, len(segment.turns), token_estimate, call)
 
 
 # --- the wait, sampled: a timeline of the tenant's progress, when each segment was seen done ------
@@ -358,28 +313,17 @@ SELECT extract(epoch FROM stored_at - produced_at)::float8 FROM memory.turns
 WHERE tenant = %(t)s AND produced_at IS NOT NULL
 """
 ENTITIES = "SELECT count(*) FROM memory.entities WHERE tenant = %(t)s"
-# Another tenant's segments closed or enriched in the window went through the same enrich agent and model.
-NEIGHBOURS = """
-SELECT tenant, count(*) FILTER (WHERE closed_at BETWEEN %(a)s AND %(b)s) AS closed,
-       count(*) FILTER (WHERE enriched_at BETWEEN %(a)s AND %(b)s) AS enriched
-FROM memory.segments WHERE tenant <> %(t)s
-  AND (closed_at BETWEEN %(a)s AND %(b)s OR enriched_at BETWEEN %(a)s AND %(b)s)
-GROUP BY tenant
-"""
 
 
-def read_run(url: str, tenant: str, window: tuple[datetime, datetime]) -> RunRows:
-    params = {"t": tenant, "a": window[0], "b": window[1]}
+def read_run(url: str, tenant: str) -> RunRows:
+    params = {"t": tenant}
     with psycopg.connect(url) as conn:
         cur = conn.cursor(row_factory=dict_row)
         conversations = cur.execute(PER_CONVERSATION, params).fetchall()
         segments = cur.execute(SEGMENTS, params).fetchall()
         latencies = np.array([r[0] for r in conn.execute(TURN_LATENCIES, params).fetchall()], dtype=np.float64)
         entities = int(conn.execute(ENTITIES, params).fetchone()[0])  # type: ignore[index]
-        neighbours = {
-            r[0]: {"closed": int(r[1]), "enriched": int(r[2])} for r in conn.execute(NEIGHBOURS, params).fetchall()
-        }
-    return RunRows(conversations, segments, latencies, entities, neighbours)
+    return RunRows(conversations, segments, latencies, entities)
 
 
 # --- the model's own limit (see the module's docstring) -------------------------------------------
@@ -437,19 +381,3 @@ def call_once(settings: Settings, segment: Segment) -> DirectCall:
         seconds, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
         choice.finish_reason if choice else None, valid,
     )
-
-
-def measure_direct(
-    settings: Settings, segment: Segment, token_estimate: int, calls_so_far: Callable[[], float | None]
-) -> DirectBaseline:
-    """`calls_so_far`: the workers' model call count (None when unreadable)."""
-
-    def timed() -> DirectCall:
-        before = calls_so_far()
-        call = call_once(settings, segment)
-        after = calls_so_far()
-        return replace(call, other_calls_meanwhile=int(after - before) if before is not None and after is not None else None)
-
-    first = timed()
-    repeat = timed()
-    return DirectBaseline(segment.segment_id, len(segment.turns), token_estimate, first, repeat)

@@ -24,7 +24,6 @@ class RunRows:
     segments: list[dict[str, Any]]
     turn_latencies_s: np.ndarray
     entities: int
-    neighbours: dict[str, dict[str, int]]
 
 
 def percentiles(values: np.ndarray | list[float]) -> dict[str, float | None]:
@@ -35,45 +34,16 @@ def percentiles(values: np.ndarray | list[float]) -> dict[str, float | None]:
     return {"n": int(a.size), "p50": round(float(p50), 2), "p95": round(float(p95), 2), "max": round(float(a.max()), 2)}
 
 
-def segment_timings(rows: RunRows, seen_done_at: dict[str, float]) -> dict[str, Any]:
-    """Where a segment's time went, from its own timestamps:
-
-    produced_at (newest turn's Kafka time) -> closed_at (the segmenter closed it: at once for a session
-    change, after the idle timeout for a conversation's last segment) -> enriched_at (the store
-    transaction began: queue + model call(s) + embedding done) -> seen by the bench (committed, +- 1 poll).
-    """
+def segment_timings(rows: RunRows) -> dict[str, Any]:
+    """Where an enriched segment's time went, from its own timestamps: produced_at (newest turn's Kafka
+    time) -> closed_at (the segmenter closed it) -> enriched_at (the store transaction began)."""
     enriched = [s for s in rows.segments if s["status"] == "enriched" and s["produced_at"] is not None]
 
-    def secs(items: list[dict[str, Any]], a: str, b: str) -> list[float]:
-        return [(s[b] - s[a]).total_seconds() for s in items if s[a] is not None and s[b] is not None]
+    def secs(a: str, b: str) -> list[float]:
+        return [(s[b] - s[a]).total_seconds() for s in enriched if s[a] is not None and s[b] is not None]
 
-    seen = [
-        seen_done_at[s["segment_id"]] - s["produced_at"].timestamp()
-        for s in enriched if s["segment_id"] in seen_done_at
-    ]
-    by_reason: dict[str, Any] = {}
-    for reason in sorted({s["close_reason"] for s in enriched}):
-        group = [s for s in enriched if s["close_reason"] == reason]
-        by_reason[reason] = percentiles(secs(group, "produced_at", "enriched_at"))
-    return {
-        "produce_to_facts_s": percentiles(secs(enriched, "produced_at", "enriched_at")),
-        "produce_to_facts_seen_s": percentiles(seen),
-        "produce_to_close_s": percentiles(secs(enriched, "produced_at", "closed_at")),
-        "close_to_facts_s": percentiles(secs(enriched, "closed_at", "enriched_at")),
-        "produce_to_facts_by_close_reason_s": by_reason,
-    }
-
-
-def failures(rows: RunRows) -> dict[str, Any]:
-    """Failed segments by error class, with one message each (the error column is '<class>: <message>')."""
-    found: dict[str, dict[str, Any]] = {}
-    for s in rows.segments:
-        if s["status"] != "failed":
-            continue
-        cls, _, message = (s["error"] or "unknown").partition(": ")
-        entry = found.setdefault(cls, {"segments": 0, "example": message[:300]})
-        entry["segments"] += 1
-    return found
+    return {"produce_to_facts_s": percentiles(secs("produced_at", "enriched_at")),
+            "close_to_facts_s": percentiles(secs("closed_at", "enriched_at"))}
 
 
 @dataclass(frozen=True)
@@ -84,48 +54,29 @@ class DirectCall:
     finish_reason: str | None
     valid: bool  # parses and validates as EnrichmentOut, as the worker requires
     error: str | None = None
-    # Workers' model calls (any role) that finished meanwhile: the server runs one request at a time,
-    # so any of them means this call waited for another's turn and its time is not the model's alone.
-    other_calls_meanwhile: int | None = None
 
 
 @dataclass(frozen=True)
 class DirectBaseline:
+    """The worker's request for one segment, sent straight to the model server: what each segment costs
+    the model back to back."""
+
     segment_id: str
     turns: int
     token_estimate: int
-    first: DirectCall  # a new prompt: what each segment costs back to back
-    repeat: DirectCall  # the same prompt again: generation only
+    call: DirectCall
 
     @property
     def segments_per_min(self) -> float:
-        return 60.0 / self.first.seconds
-
-    @property
-    def generation_s_per_token(self) -> float | None:
-        return self.repeat.seconds / self.repeat.completion_tokens if self.repeat.completion_tokens else None
-
-    @property
-    def prompt_s_per_token(self) -> float | None:
-        if not self.first.prompt_tokens:
-            return None
-        return max(0.0, self.first.seconds - self.repeat.seconds) / self.first.prompt_tokens
-
-    def model_bound_seconds(self, prompt_tokens: float, completion_tokens: float) -> float | None:
-        """How long the model alone would take for these tokens at this run's measured speeds."""
-        g, p = self.generation_s_per_token, self.prompt_s_per_token
-        return None if g is None or p is None else prompt_tokens * p + completion_tokens * g
+        return 60.0 / self.call.seconds
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "segment_id": self.segment_id,
             "turns": self.turns,
             "token_estimate": self.token_estimate,
-            "first_call": {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self.first).items()},
-            "repeat_call": {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self.repeat).items()},
+            "first_call": {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self.call).items()},
             "segments_per_min": round(self.segments_per_min, 3),
-            "prompt_tokens_per_s": round(1 / self.prompt_s_per_token, 1) if self.prompt_s_per_token else None,
-            "generation_tokens_per_s": round(1 / self.generation_s_per_token, 2) if self.generation_s_per_token else None,
         }
 
 
@@ -166,7 +117,17 @@ def build_result(
     span_s = (span_end - first_closed) if first_closed is not None and span_end is not None else None
     per_min = done / (span_s / 60) if span_s else None
     turns = len(workload.turns)
-    result: dict[str, Any] = {
+    throughput: dict[str, Any] = {
+        "span_s": round(span_s, 1) if span_s else None,
+        "span_note": "first segment closed -> last segment seen enriched or failed (or the end of the wait)",
+        "segments_done": done,
+        "segments_per_min": round(per_min, 3) if per_min else None,
+    }
+    if direct is not None and direct.call.seconds:
+        # The pipeline against the model's own limit, measured in the same run.
+        throughput["direct_segments_per_min"] = round(direct.segments_per_min, 3)
+        throughput["pipeline_over_direct"] = round(per_min / direct.segments_per_min, 3) if per_min else None
+    return {
         "workload": {
             "source": workload.source, "tenant": workload.tenant, "quick": quick,
             "conversations": len(workload.conversations), "turns": turns,
@@ -176,8 +137,6 @@ def build_result(
             "stream_max_behind_schedule_s": round(stream.max_behind_s, 3) if stream else None,
         },
         "worker_settings": worker,
-        "idle_note": "the benchmark starts the stack with EPISTREAM_SEGMENT_IDLE_S (default 20 s, --idle-s) in "
-        "up()'s environment, which the workers inherit; the value above is the running worker's own",
         "outcome": {"complete": outcome.complete, "reason": outcome.reason, "waited_s": round(outcome.waited_s, 1)},
         "segments": {
             "expected": sum(expected.values()), "closed": len(segs), "enriched": len(enriched),
@@ -193,28 +152,20 @@ def build_result(
              "expected_segments": expected.get(c["conversation_id"])}
             for c in rows.conversations
         ],
-        "lacking": _lacking(rows.conversations),
         "memory": {
             "gists": sum(int(c["gists"]) for c in rows.conversations),
             "facts": sum(int(c["facts"]) for c in rows.conversations),
             "entities": rows.entities,
         },
-        "throughput": {
-            "span_s": round(span_s, 1) if span_s else None,
-            "span_note": "first segment closed -> last segment seen enriched or failed (or the end of the wait)",
-            "segments_done": done,
-            "segments_per_min": round(per_min, 3) if per_min else None,
-        },
+        "throughput": throughput,
         "model_calls": _calls(counters, turns, done),
         "latency_s": {
             "produce_to_searchable": percentiles(rows.turn_latencies_s),
-            **segment_timings(rows, outcome.seen_done_at),
+            **segment_timings(rows),
             "note": "searchable: memory.turns.stored_at - produced_at (Kafka time) per turn; facts: "
             "memory.segments.enriched_at - produced_at (its newest turn's Kafka time) per enriched segment. Both "
-            "stamps are now() of the writing transaction, i.e. its start: lower bounds. 'seen' is when the "
-            "benchmark's 1 s poll first saw the segment committed: an upper bound",
+            "stamps are now() of the writing transaction, i.e. its start: lower bounds",
         },
-        "failures": failures(rows),
         # For the chart: turn latencies as 21 quantiles (0, 5, ..., 100 %), segment latencies whole.
         "distributions": {
             "turn_latency_quantiles_s": [round(float(q), 3) for q in np.percentile(rows.turn_latencies_s, range(0, 101, 5))]
@@ -224,21 +175,12 @@ def build_result(
             ],
         },
         "direct_model": direct.to_dict() if direct else None,
-        "neighbours": {
-            "other_tenants_segments_in_window": rows.neighbours,
-            "note": "the worker's counters are per process: other tenants' segments closed or enriched in the "
-            "window also count in model_calls and tokens",
-        },
         "cpu": cpu,
         "timeline_columns": ["seconds since the first send", "turns stored", "segments closed", "enriched or failed",
                              "enriched"],
         "timeline": [[s.t_s, s.stored_turns, s.closed, s.done, s.enriched] for s in outcome.timeline],
         "machine": machine,
     }
-    _compare(result, direct, counters, per_min, span_s)
-    if not outcome.complete and per_min:
-        result["projection"] = _projection(result, started, first_closed)
-    return result
 
 
 def _count_by(rows: list[dict[str, Any]], key: str) -> dict[str, int]:
@@ -246,13 +188,6 @@ def _count_by(rows: list[dict[str, Any]], key: str) -> dict[str, int]:
     for r in rows:
         counts[str(r[key])] = counts.get(str(r[key]), 0) + 1
     return counts
-
-
-def _lacking(conversations: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {"conversation_id": c["conversation_id"], "missing": [k for k in ("segments", "gists", "facts") if not c[k]]}
-        for c in conversations if not (c["segments"] and c["gists"] and c["facts"])
-    ]
 
 
 def _calls(counters: ExtractorCounters | None, turns: int, done: int) -> dict[str, Any] | None:
@@ -271,44 +206,7 @@ def _calls(counters: ExtractorCounters | None, turns: int, done: int) -> dict[st
         "mean_call_s": round(counters.call_seconds / calls, 2) if calls else None,
         "prompt_tokens": int(counters.prompt_tokens),
         "completion_tokens": int(counters.completion_tokens),
-        "tokens_note": "calls that timed out report no tokens, though the model server may have generated them",
-        "worker_segments_enriched": int(counters.segments_enriched),
-        "worker_segments_failed": int(counters.segments_failed),
-        "worker_enrich_seconds_enriched": round(counters.enrich_seconds, 1),
         "source": "deltas of the ingest worker's /metrics over the run (role=extractor)",
-    }
-
-
-def _compare(result: dict[str, Any], direct: DirectBaseline | None, counters: ExtractorCounters | None,
-             per_min: float | None, span_s: float | None) -> None:
-    """Pipeline against the model's physical limit, measured in the same run."""
-    t = result["throughput"]
-    if direct is None or not direct.first.seconds:
-        return
-    t["direct_segments_per_min"] = round(direct.segments_per_min, 3)
-    t["pipeline_over_direct"] = round(per_min / direct.segments_per_min, 3) if per_min else None
-    if counters and span_s:
-        bound = direct.model_bound_seconds(counters.prompt_tokens, counters.completion_tokens)
-        if bound is not None:
-            # The tokens the pipeline actually had generated, at the direct calls' speed: the time the
-            # model alone needed; the rest of the span went to waiting, retries cut short, and contention.
-            t["model_bound_s"] = round(bound, 1)
-            t["model_bound_share_of_span"] = round(bound / span_s, 3)
-        t["model_call_share_of_span"] = round(counters.call_seconds / span_s, 3)
-
-
-def _projection(result: dict[str, Any], started: float, first_closed: float | None) -> dict[str, Any]:
-    s, t = result["segments"], result["throughput"]
-    rate = t["segments_per_min"]
-    lead_min = ((first_closed - started) / 60) if first_closed else 0.0
-    remaining = max(0, s["expected"] - t["segments_done"])
-    calls = result["model_calls"]
-    return {
-        "segments_remaining": remaining,
-        "projected_model_calls": round(calls["per_segment_done"] * s["expected"]) if calls and calls["per_segment_done"] else None,
-        "minutes_remaining_at_this_rate": round(remaining / rate, 1),
-        "projected_total_minutes": round(lead_min + s["expected"] / rate, 1),
-        "note": "at the run's own segments/min and model calls per finished segment (retries included)",
     }
 
 
@@ -457,43 +355,8 @@ def _num(value: float | None, digits: int = 2) -> str:
 
 
 def _notes(result: dict[str, Any]) -> list[str]:
-    notes = []
-    restarts = result.get("worker_restarts") or {}
-    if len(restarts.get("pids", [])) > 1 or restarts.get("counter_resets"):
-        changed = {k: v for k, v in restarts["settings_at_end"].items() if result["worker_settings"].get(k) != v}
-        notes.append(f"The ingest worker was restarted during the run (pids {restarts['pids']}); settings that "
-                     f"changed: {changed or 'none'}. Figures mix both workers.")
-    if result["lacking"]:
-        so_far = "" if result["outcome"]["complete"] else " so far (the run was stopped before they were reached)"
-        notes.append(f"Conversations lacking output{so_far}: " + "; ".join(
-            f"{x['conversation_id']} (no {', '.join(x['missing'])})" for x in result["lacking"]) + ".")
-    if result["failures"]:
-        notes.append("Failed segments by error: " + "; ".join(
-            f"{cls} x{v['segments']} ({v['example'][:120]})" for cls, v in result["failures"].items()) + ".")
-    if result["neighbours"]["other_tenants_segments_in_window"]:
-        notes.append(f"Other tenants used the same worker meanwhile: {result['neighbours']['other_tenants_segments_in_window']} "
-                     "(their calls are in the counters too).")
     cpu = result["cpu"]
-    notes.append(f"CPU-seconds over the run ({cpu['wall_s'] / 60:.1f} min x {cpu['cores']} cores = "
-                 f"{cpu['wall_s'] * cpu['cores']:.0f} available, {cpu['machine_busy_cpu_s']:.0f} used): " + ", ".join(
-                     f"{p['process']} {p['cpu_s']:.0f}" for p in cpu["top_processes"][:5])
-                 + f", processes that exited meanwhile {cpu['exited_or_unattributed_cpu_s']:.0f}.")
-    if direct_busy := [
-        name for name in ("first_call", "repeat_call")
-        if ((result["direct_model"] or {}).get(name) or {}).get("other_calls_meanwhile")
-    ]:
-        notes.append(f"Workers' model calls finished during the direct {' and '.join(direct_busy)}: that call waited "
-                     "for the model server, so the model-limit figure is an underestimate.")
-    if result.get("model_server_idle_before_direct") is False:
-        notes.append("The model server was still busy (other tenants' or abandoned requests) when the direct "
-                     "calls were made: the model-limit figures are contended too.")
-    direct = result["direct_model"]
-    if direct and direct.get("generation_tokens_per_s"):
-        notes.append(f"Model speed measured by the direct calls: prompt {direct['prompt_tokens_per_s']} tokens/s, "
-                     f"generation {direct['generation_tokens_per_s']} tokens/s.")
-    if "projection" in result:
-        p = result["projection"]
-        notes.append(f"Projection: {p['segments_remaining']} segments left, ~{p['minutes_remaining_at_this_rate']:.0f} min "
-                     f"more at this rate; the whole run would take ~{p['projected_total_minutes']:.0f} min and "
-                     f"~{p['projected_model_calls']} model calls.")
-    return [n + "\n" for n in notes]
+    return [f"CPU-seconds over the run ({cpu['wall_s'] / 60:.1f} min x {cpu['cores']} cores = "
+            f"{cpu['wall_s'] * cpu['cores']:.0f} available, {cpu['machine_busy_cpu_s']:.0f} used): " + ", ".join(
+                f"{p['process']} {p['cpu_s']:.0f}" for p in cpu["top_processes"][:5])
+            + f", processes that exited meanwhile {cpu['exited_or_unattributed_cpu_s']:.0f}.\n"]

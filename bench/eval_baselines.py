@@ -1,5 +1,4 @@
-"""The evaluation's two baselines and its optional judge, in process, on the same
-master endpoint as the workers:
+"""The evaluation's two baselines, in process, on the same master endpoint as the workers:
 
   full context   the whole conversation (dated lines, newest kept when it does not
                  fit the model's window) in one master call;
@@ -17,8 +16,6 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
-
-from pydantic import BaseModel, ConfigDict
 
 from epistream.consumers.prompts import ANSWER_PROMPT_VERSION, MasterAnswer, load_prompt
 from epistream.errors import EpistreamError, ModelUnavailable
@@ -134,40 +131,3 @@ async def answer_with(
             latency_s=time.perf_counter() - started, context_chars=sum(len(m["content"]) for m in prompt),
         )
     raise AssertionError("unreachable")
-
-
-# --- LLM as judge -------------------------------------------------------------
-
-
-class JudgeVerdict(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    correct: bool
-
-
-JUDGE_SYSTEM = (
-    "You grade answers to questions about a long conversation. You get the question, the gold answer and a "
-    "generated answer. The generated answer is correct if it states the same thing as the gold answer: "
-    "wording, length and extra detail do not matter, and a date in another format or a relative date that "
-    "resolves to the same day, month or year counts as the same. It is wrong if it contradicts the gold "
-    "answer, misses its point, or says it does not know when the gold answer is a fact. When the gold answer "
-    "says the question cannot be answered from the conversation, the generated answer is correct only if it "
-    'declines to answer or says the information is not there. Reply with one JSON object: {"correct": true or false}.'
-)
-UNANSWERABLE_GOLD = "(none: the conversation does not contain this; the right response is to say so)"
-
-
-def judge_messages(question: str, gold: str | None, prediction: str) -> list[dict[str, str]]:
-    user = (f"Question: {question}\nGold answer: {gold if gold is not None else UNANSWERABLE_GOLD}\n"
-            f"Generated answer: {prediction}")
-    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
-
-
-async def judge(client: ModelClient, question: str, gold: str | None, prediction: str) -> tuple[bool | None, Usage]:
-    """True/False from the judge model; None when it failed."""
-    try:
-        reply = await client.complete_json(judge_messages(question, gold, prediction), JudgeVerdict, max_tokens=32)
-    except EpistreamError as exc:
-        log.warning("judge failed: %s", type(exc).__name__)
-        return None, Usage()
-    return reply.value.correct, reply.usage

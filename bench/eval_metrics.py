@@ -1,5 +1,5 @@
 """Pure scoring for the LoCoMo evaluation: normalisation, token F1, BLEU-1,
-abstention, evidence recall@k, question sampling and summary statistics.
+abstention, evidence recall, question sampling and summary statistics.
 
 Normalisation follows the LoCoMo code (snap-research/LoCoMo, task_eval/evaluation.py):
 lower case, punctuation removed, the articles a/an/the removed, whitespace
@@ -131,14 +131,6 @@ def recall_at_k(gold: Iterable[str], retrieved: Iterable[str]) -> float | None:
     if not wanted:
         return None
     return len(wanted & set(retrieved)) / len(wanted)
-
-
-def union_turns(segments: Sequence[Sequence[str]], k: int) -> set[str]:
-    """Turn ids of the first k segments, together."""
-    found: set[str] = set()
-    for turn_ids in segments[:k]:
-        found.update(turn_ids)
-    return found
 
 
 T = TypeVar("T")

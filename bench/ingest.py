@@ -172,17 +172,11 @@ def _rows(turns: list[Turn], vectors: np.ndarray) -> list[tuple]:
              i, now) for i, (t, v) in enumerate(zip(turns, vectors, strict=True))]
 
 
-def measure_copy(url: str, turns: list[Turn], vectors: np.ndarray, *, temporary: bool, run_id: str) -> Timed:
-    """Rows/s of one binary COPY into an empty copy of memory.turns (all indexes: PK, btree, GIN, HNSW), commit included.
-
-    A temporary table writes no WAL and lives in temp_buffers (8MB by default);
-    the logged variant pays for WAL like the real table does, so both are kept.
-    """
-    name = sql.Identifier(f"bench_copy_{run_id}".replace("-", "_"))
-    table = name if temporary else sql.SQL("public.{}").format(name)
-    create = sql.SQL("CREATE {} TABLE {} (LIKE memory.turns INCLUDING ALL)").format(
-        sql.SQL("TEMPORARY" if temporary else ""), table
-    )
+def measure_copy(url: str, turns: list[Turn], vectors: np.ndarray, *, run_id: str) -> Timed:
+    """Rows/s of one binary COPY into an empty temporary copy of memory.turns (all indexes: PK, btree, GIN,
+    HNSW), commit included. A temporary table writes no WAL and lives in temp_buffers (8MB by default)."""
+    table = sql.Identifier(f"bench_copy_{run_id}".replace("-", "_"))
+    create = sql.SQL("CREATE TEMPORARY TABLE {} (LIKE memory.turns INCLUDING ALL)").format(table)
     rows = _rows(turns, vectors)  # built before the clock: the worker's rows exist before its insert too
     with psycopg.connect(url) as conn:
         register_vector(conn)

@@ -10,17 +10,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from epistream.models.embeddings import turn_embedding_text
 from epistream.settings.processes import Settings
 
 from . import report
-from .cleanup import forget_tenants, remaining_rows
+from .cleanup import forget_tenants
 from .ingest import IngestFigures, Timed, WarmUp, measure_copy, measure_embedding, measure_ingest, warm_up
 from .produce import Record, topic_partitions
-from .stack import CpuSnapshot, cpu_report, stale_worker_sources, worker_setting
-from .worker_metrics import scrape_extractor
+from .stack import stale_worker_sources, worker_setting
 from .workload import IngestLayout, Workload, load_workload, segment_free
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,12 +43,6 @@ def _warmup_records(layout: IngestLayout, run_id: str, partitions: list[int]) ->
 
 def _embedded_texts(workload: Workload) -> list[str]:
     return [turn_embedding_text(t.speaker, t.text, t.ts) for t in workload.turns]
-
-
-def _segments_of(url: str, tenants: list[str]) -> int:
-    with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT count(*) FROM memory.segments WHERE tenant = ANY(%s)", (tenants,)).fetchone()
-    return int(row[0]) if row else 0
 
 
 def _breakdown(ingest: IngestFigures) -> dict[str, Any] | None:
@@ -87,14 +78,12 @@ def build_result(
     ingest: IngestFigures,
     embed: Timed,
     copy: Timed,
-    copy_logged: Timed | None,
     warmup: WarmUp,
 ) -> dict[str, Any]:
     throughput = {
         "ingest_turns_per_s": round(ingest.turns_per_s, 2),
         "embedding_sentences_per_s": round(embed.per_s, 2),
         "copy_rows_per_s": round(copy.per_s, 1),
-        "copy_logged_rows_per_s": round(copy_logged.per_s, 1) if copy_logged else None,
     }
     return {
         "workload": workload.source,
@@ -108,7 +97,6 @@ def build_result(
             "ingest_over_embedding": round(ingest.turns_per_s / embed.per_s, 4),
             "ingest_over_copy": round(ingest.turns_per_s / copy.per_s, 5),
             "embedding_over_copy": round(embed.per_s / copy.per_s, 5),
-            "ingest_over_copy_logged": round(ingest.turns_per_s / copy_logged.per_s, 5) if copy_logged else None,
         },
         "latency_s": {
             "p50": round(ingest.latency_p50_s, 3),
@@ -127,17 +115,11 @@ def build_result(
             "ingest_db_span": round(ingest.db_span_s, 3),
             "embedding": round(embed.seconds, 3),
             "copy": round(copy.seconds, 3),
-            "copy_logged": round(copy_logged.seconds, 3) if copy_logged else None,
         },
         "worker_breakdown": _breakdown(ingest),
         # Per CPU-second of the process doing the work: unlike the rates above, barely moved by
         # neighbours taking cores (the ingest worker's figure leaves out PostgreSQL's and Kafka's CPU).
         "per_cpu_second": _per_cpu_second(ingest, embed),
-        # Cores each CPU-bound phase actually got; well below nproc means a neighbour took the rest.
-        "cores_used": {
-            "ingest_worker": round(ingest.worker_cpu_s / ingest.wall_s, 2) if ingest.worker_cpu_s else None,
-            "embedding": round(embed.cpu_s / embed.seconds, 2) if embed.cpu_s else None,
-        },
         "machine": report.machine_info(ROOT),
     }
 
@@ -159,7 +141,6 @@ def run_ingest(settings: Settings, url: str, run_id: str, args: Namespace) -> di
     tenants = [workload.tenant, f"bench-{run_id}-warmup"]
     print(f"\ningest: {len(workload.turns)} {workload.source} turns in {layout.parts} segment-free conversation parts, "
           f"tenant {workload.tenant}")
-    extractor_before, cpu_before = scrape_extractor(settings), CpuSnapshot.take()
     try:
         print(f"warm-up: {len(warmup)} turns through the worker")
         warmed = warm_up(settings, url, warmup)
@@ -167,50 +148,26 @@ def run_ingest(settings: Settings, url: str, run_id: str, args: Namespace) -> di
         print("1/3 ingest end to end")
         ingest = measure_ingest(settings, url, workload.tenant, layout.records)
         print(f"  {ingest.turns_per_s:.1f} turns/s ({ingest.wall_s:.1f}s)")
-        extractor_after, cpu_after = scrape_extractor(settings), CpuSnapshot.take()
-        closed = _segments_of(url, tenants)
         # After the ingest run: the embedder would otherwise fight the worker for the cores.
         print("2/3 embedding model alone")
         # What the worker embeds ([time] speaker: text), not the bare text: the same work on both sides.
         embed, vectors = measure_embedding(settings, _embedded_texts(workload))
         print(f"  {embed.per_s:.1f} sentences/s ({embed.seconds:.1f}s)")
-        # The bare text alone, as this baseline was defined before turns were embedded dated (kept to compare).
-        bare_text, _ = measure_embedding(settings, workload.texts)
-        print(f"  bare text without time and speaker: {bare_text.per_s:.1f} sentences/s")
         print("3/3 plain COPY")
-        copy = measure_copy(url, workload.turns, vectors, temporary=True, run_id=run_id)
+        copy = measure_copy(url, workload.turns, vectors, run_id=run_id)
         print(f"  temp table: {copy.per_s:.0f} rows/s ({copy.seconds:.2f}s)")
-        copy_logged = None
-        if not args.no_logged_copy:
-            copy_logged = measure_copy(url, workload.turns, vectors, temporary=False, run_id=run_id)
-            print(f"  logged table: {copy_logged.per_s:.0f} rows/s ({copy_logged.seconds:.2f}s)")
     finally:
         cleanup: dict[str, Any] = {"kept": args.keep}
         if not args.keep:
-            removed = forget_tenants(url, tenants)
-            cleanup.update(removed=removed, remaining=remaining_rows(url, tenants))
-            print(f"removed the ingest run's rows ({removed.get('turns', 0)} turns); "
-                  f"left: {sum(cleanup['remaining'].values())}")
+            cleanup["removed"] = forget_tenants(url, tenants)
+            print(f"removed the ingest run's rows ({cleanup['removed'].get('turns', 0)} turns)")
 
-    result = build_result(workload, settings, ingest, embed, copy, copy_logged, warmed)
-    result["embedding_bare_text"] = {
-        "sentences_per_s": round(bare_text.per_s, 2),
-        "ingest_over_it": round(ingest.turns_per_s / bare_text.per_s, 4),
-        "note": "the model on t.text alone (the baseline's texts before they matched the worker's)",
-    }
+    result = build_result(workload, settings, ingest, embed, copy, warmed)
     result["layout"] = {
         "conversation_parts": layout.parts,
         "note": "segment-free: no session ids, 1 s between turns, conversations split under the token budget, "
         "parts spread over the partitions and advancing together, tenant sealed right after the run; "
         "texts, speakers and turn ids as in LoCoMo, so embedding and storage work are unchanged",
-        "segments_closed": closed,
-    }
-    ex = (extractor_after - extractor_before) if extractor_before and extractor_after else None
-    result["concurrent_enrichment"] = {
-        "extractor_calls": int(ex.calls) if ex else None,
-        "cpu": cpu_report(settings, cpu_before, cpu_after),
-        "note": "model calls during warm-up + ingest (any tenant's) and the machine's CPU meanwhile: the "
-        "figures above are clean only where this is ~0 and the model server used little CPU",
     }
     result["worker"] = {
         "started_at": worker_started.isoformat(timespec="seconds") if worker_started else None,
@@ -236,10 +193,6 @@ def write_chart(result: dict[str, Any], path: Path) -> None:
     labels = ["ingest\n(end to end)", "embedding\nmodel only", "COPY\n(temp table)"]
     values = [t["ingest_turns_per_s"], t["embedding_sentences_per_s"], t["copy_rows_per_s"]]
     colors = ["#d62728", "#1f77b4", "#2ca02c"]
-    if t.get("copy_logged_rows_per_s"):
-        labels.append("COPY\n(logged table)")
-        values.append(t["copy_logged_rows_per_s"])
-        colors.append("#98df8a")
     fig, ax = report.subplots(figsize=(7.5, 4.5))
     report.bars(ax, labels, values, colors, label="{:,.0f}/s")
     ax.set_yscale("log")
@@ -272,9 +225,6 @@ def markdown(result: dict[str, Any]) -> str:
         ["plain COPY, temp table with all indexes", f"{t['copy_rows_per_s']:,.0f} rows/s",
          f"{1 / r['ingest_over_copy']:.1f}x"],
     ]
-    if t.get("copy_logged_rows_per_s"):
-        rows.append(["plain COPY, logged table with all indexes", f"{t['copy_logged_rows_per_s']:,.0f} rows/s",
-                     f"{t['copy_logged_rows_per_s'] / t['ingest_turns_per_s']:.1f}x"])
     rows += [
         ["produce -> searchable latency p50 / p95, all turns sent at once",
          f"{lat['p50']:.2f} s / {lat['p95']:.2f} s", ""],
@@ -287,9 +237,7 @@ def markdown(result: dict[str, Any]) -> str:
         report.table(["measure", "rate", "vs ingest"], rows),
         "",
         *_breakdown_line(result.get("worker_breakdown"), result["seconds"]["ingest_wall"]),
-        *_cores_line(result.get("cores_used"), m["nproc"]),
         *_per_cpu_line(result.get("per_cpu_second")),
-        *_concurrent_line(result.get("concurrent_enrichment")),
         f"Ratios: ingest/embedding {r['ingest_over_embedding']:.2f}, ingest/COPY {r['ingest_over_copy']:.3f}, "
         f"embedding/COPY {r['embedding_over_copy']:.3f}.",
     ]
@@ -309,33 +257,11 @@ def _breakdown_line(b: dict[str, Any] | None, wall_s: float) -> list[str]:
     ]
 
 
-def _cores_line(cores: dict[str, float | None] | None, nproc: int) -> list[str]:
-    if not cores or not all(cores.values()):
-        return []
-    return [
-        f"Cores used (of {nproc}): ingest worker {cores['ingest_worker']:.2f}, embedding {cores['embedding']:.2f}.",
-        "",
-    ]
-
-
 def _per_cpu_line(per_cpu: dict[str, float] | None) -> list[str]:
     if not per_cpu:
         return []
     return [
         f"Per CPU-second: ingest worker {per_cpu['ingest_worker_turns']:.1f} turns, embedding "
         f"{per_cpu['embedding_sentences']:.1f} sentences (ratio {per_cpu['ingest_over_embedding']:.2f}).",
-        "",
-    ]
-
-
-def _concurrent_line(concurrent: dict[str, Any] | None) -> list[str]:
-    """What else used the cores during the measured run: the model server enriching, neighbours."""
-    if not concurrent or not concurrent.get("cpu"):
-        return []
-    cpu = concurrent["cpu"]
-    others = ", ".join(f"{p['process']} {p['cpu_s']:.0f}" for p in cpu["top_processes"][:4])
-    return [
-        f"Meanwhile (warm-up + ingest, {cpu['wall_s']:.0f} s x {cpu['cores']} cores): {cpu['machine_busy_cpu_s']:.0f} "
-        f"CPU-s used: {others}; extractor model calls finished: {concurrent['extractor_calls']}.",
         "",
     ]

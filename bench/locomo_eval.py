@@ -3,14 +3,12 @@
 1. Streams the file's conversations through Kafka (`memory.turns`) into the running
    stack under a tenant of its own, waits until every turn is stored and, with
    `--wait-enrichment`, until every segment is enriched or failed.
-2. Measures the router's turn-level evidence recall@k per pathway and fused, and
-   plain dense turn retrieval, for every question with evidence (no model call).
-3. Asks the sampled questions through `memory.questions` (a reply topic per run),
+2. Asks the sampled questions through `memory.questions` (a reply topic per run),
    several in flight, and scores the answers: token F1, BLEU-1, abstention, tokens,
-   latency, and an LLM judge when `--judge-base-url` is given.
-4. Answers the same questions with two baselines on the same master endpoint:
+   latency.
+3. Answers the same questions with two baselines on the same master endpoint:
    the whole conversation in the window, and the k nearest turns by embedding.
-5. Writes JSON and a PNG chart, prints a markdown summary, and forgets the tenant
+4. Writes JSON and a PNG chart, prints a markdown summary, and forgets the tenant
    (unless `--keep`).
 """
 
@@ -19,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 import time
 import uuid
@@ -30,7 +27,6 @@ from typing import Any
 
 import psycopg
 from aiokafka import TopicPartition
-from pydantic import SecretStr
 
 from epistream.client.sources import LocomoQA, LocomoSample, load_locomo
 from epistream.contracts.questions import Mode, Question
@@ -38,14 +34,13 @@ from epistream.contracts.replies import Answer
 from epistream.messaging.kafka_io import create_consumer
 from epistream.messaging.topics import create_topic, delete_topics
 from epistream.ops.readiness import WaitTimeout
-from epistream.settings.models import JsonMode
 from epistream.settings.processes import Settings
 
-from . import budget_recall, eval_report
-from .eval_metrics import ADVERSARIAL, recall_at_k, sample_by_category, score_answer, union_turns
+from . import eval_report
+from .eval_metrics import ADVERSARIAL, recall_at_k, sample_by_category, score_answer
 from .ingest import wait_for_rows
 from .stack import stale_worker_sources, up
-from .store_state import StoreState, store_state_async, wait_for_enrichment_async
+from .store_state import StoreState, store_state, wait_for_enrichment
 from .worker_metrics import model_requests, request_delta
 
 log = logging.getLogger("bench.locomo_eval")
@@ -85,18 +80,11 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="wait until every turn is in a segment and every segment is enriched or failed")
     p.add_argument("--enrichment-timeout", type=float, default=7200.0,
                    help="give up waiting for enrichment after this many seconds (the run goes on)")
-    p.add_argument("--recall-k", type=_int_list, default=[5, 10, 20], help="k values of router recall@k")
     p.add_argument("--baseline-k", type=int, default=10, help="turns the dense top-k baseline reads")
     p.add_argument("--no-baselines", action="store_true", help="skip the full-context and dense top-k baselines")
     p.add_argument("--baseline-timeout", type=float, default=600.0,
                    help="HTTP timeout of one baseline model call (a full window on a CPU model is slow)")
-    p.add_argument("--no-questions", action="store_true", help="only ingest and measure router recall")
-    p.add_argument("--judge-base-url", help="OpenAI-compatible endpoint of an LLM judge (enables judge accuracy)")
-    p.add_argument("--judge-model", help="judge model name (default: the master model's name)")
-    p.add_argument("--judge-api-key-env", default="EPISTREAM_JUDGE_API_KEY",
-                   help="environment variable holding the judge's API key (default: the master's key)")
-    p.add_argument("--judge-json-mode", choices=[m.value for m in JsonMode],
-                   help="structured-output dialect of the judge endpoint (default: EPISTREAM_LLM_JSON_MODE)")
+    p.add_argument("--no-questions", action="store_true", help="only ingest (and, with --wait-enrichment, enrich)")
     p.add_argument("--tenant", help="tenant to ingest under (default: a fresh eval-<run id>)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results; the PNG goes beside it")
     p.add_argument("--keep", action="store_true", help="keep the run's tenant data and reply topic")
@@ -136,13 +124,11 @@ def asked_at_for(sample: LocomoSample) -> datetime:
     return last + timedelta(days=1)
 
 
-def plan(samples: list[LocomoSample], args: argparse.Namespace) -> tuple[list[Item], list[Item]]:
-    """(every question of the chosen conversations, the sampled ones to ask)."""
-    items = [Item(0, s, qa) for s in samples for qa in s.qa]
-    items = [replace(item, index=i) for i, item in enumerate(items)]
-    asked = sample_by_category(items, lambda it: it.category, categories=args.categories,
-                               limit_per_category=args.limit_per_category, seed=args.sample_seed)
-    return items, asked
+def plan(samples: list[LocomoSample], args: argparse.Namespace) -> list[Item]:
+    """The sampled questions of the chosen conversations, indexed among all their questions."""
+    items = [Item(i, s, qa) for i, (s, qa) in enumerate((s, qa) for s in samples for qa in s.qa)]
+    return sample_by_category(items, lambda it: it.category, categories=args.categories,
+                              limit_per_category=args.limit_per_category, seed=args.sample_seed)
 
 
 # --- ingest ---------------------------------------------------------------------------
@@ -155,25 +141,7 @@ async def ingest(settings: Settings, samples: list[LocomoSample]) -> int:
     return await produce_raw(settings, records)
 
 
-# The one count StoreState has no use for: the eval reports it (segment recall is
-# inflated when the router sees turns of no closed segment as one "open" segment).
-UNSEGMENTED_TURNS = """
-SELECT count(*) FROM memory.turns t WHERE t.tenant = %(tenant)s AND NOT EXISTS (
-  SELECT 1 FROM memory.segments s WHERE s.tenant = t.tenant AND s.conversation_id = t.conversation_id
-    AND s.turn_ids @> ARRAY[t.turn_id])
-"""
-
-
-async def store_state(url: str, tenant: str) -> dict[str, int]:
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        state = await store_state_async(conn, tenant)
-        cur = await conn.execute(UNSEGMENTED_TURNS, {"tenant": tenant})
-        row = await cur.fetchone()
-    return {"turns": state.turns, "segments": state.segments, "enriched": state.enriched, "failed": state.failed,
-            "unsegmented_turns": int(row[0]) if row else 0, "gists": state.gists, "facts": state.facts}
-
-
-async def wait_for_enrichment(url: str, tenant: str, timeout_s: float, idle_close_s: float) -> tuple[bool, float]:
+async def await_enrichment(url: str, tenant: str, timeout_s: float, idle_close_s: float) -> tuple[bool, float]:
     """The wait until every turn is in a closed segment and no segment is pending; (done, seconds)."""
     started = time.perf_counter()
     print(f"  waiting for segments to close (the last one closes {idle_close_s:.0f}s after the last turn) "
@@ -190,8 +158,8 @@ async def wait_for_enrichment(url: str, tenant: str, timeout_s: float, idle_clos
             last = summary
 
     try:
-        state = await wait_for_enrichment_async(url, tenant, timeout_s=timeout_s, interval_s=ENRICH_POLL_S,
-                                                on_poll=show)
+        state = await asyncio.to_thread(wait_for_enrichment, url, tenant, timeout_s=timeout_s,
+                                        interval_s=ENRICH_POLL_S, on_poll=show)
     except WaitTimeout as exc:
         print(f"  enrichment not done after {timeout_s:.0f}s: {exc.last}; going on", flush=True)
         return False, time.perf_counter() - started
@@ -199,68 +167,6 @@ async def wait_for_enrichment(url: str, tenant: str, timeout_s: float, idle_clos
     print(f"  enrichment done: {state.segments} segments ({state.failed} failed), "
           f"{state.gists} gists, {state.facts} facts ({waited:.0f}s)", flush=True)
     return True, waited
-
-
-# --- router recall ----------------------------------------------------------------------
-
-
-def recall_questions(items: list[Item]) -> list[Item]:
-    """The questions recall is measured on: categories 1-4 with evidence. An adversarial question's
-    evidence is the turn its false premise twists, not what an answer needs (and issue 12's figures
-    count 1-4 only)."""
-    return [it for it in items if it.qa.evidence and it.category != ADVERSARIAL]
-
-
-def recall_configs(settings: Settings) -> dict[str, Any]:
-    """The router as the answer worker configures it, one pathway at a time and fused two ways."""
-    from epistream.consumers.retrieval import from_settings
-
-    base = from_settings(settings).router
-    return {
-        "summary": base.only("summary"),
-        "dense": base.only("dense"),
-        "lexical": base.only("lexical"),
-        "fused_minmax": replace(base, fusion="minmax"),
-        "fused_rrf": replace(base, fusion="rrf"),
-    }
-
-
-async def measure_recall(pool, settings: Settings, tenant: str, items: list[Item], vectors, ks: list[int]
-                         ) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
-    """Per question with evidence: recall@k of each router configuration and of dense turn retrieval."""
-    from epistream.consumers.retrieval import DENSE_TURNS, search_turns
-    from epistream.consumers.router import route
-    from epistream.storage.db import tenant_scope
-
-    configs = recall_configs(settings)
-    results = []
-    for item, vector in zip(items, vectors, strict=True):
-        gold = item.qa.evidence
-        record: dict[str, Any] = {"index": item.index, "category": item.category, "evidence": gold,
-                                  "recall": {}, "recall_with_forced": {}, "turns": {}, "segments": {}}
-        async with pool.connection() as conn, tenant_scope(conn, tenant):
-            for name, base in configs.items():
-                for figure in ("recall", "recall_with_forced", "turns", "segments"):
-                    record[figure][name] = {}
-                for k in ks:
-                    routed = await route(conn, tenant=tenant, question=item.qa.question, vector=vector,
-                                         conversation_ids=[item.sample.conversation_id],
-                                         recipe=replace(base, top_k=k))
-                    segments = [s.turn_ids for s in routed]
-                    top = union_turns(segments, k)  # the first k; force-included extras come after them
-                    record["recall"][name][str(k)] = recall_at_k(gold, top)
-                    record["recall_with_forced"][name][str(k)] = recall_at_k(gold, union_turns(segments, len(segments)))
-                    record["turns"][name][str(k)] = len(top)
-                    record["segments"][name][str(k)] = min(k, len(segments))
-            turns = await search_turns(conn, tenant=tenant, query=item.qa.question, vector=vector,
-                                       conversation_ids=[item.sample.conversation_id],
-                                       recipe=replace(DENSE_TURNS, top_k=max(ks),
-                                                      pool=max(max(ks), settings.retrieve_pool)))
-        ranked = [t.turn_id for t in turns]
-        record["recall"]["dense_turns"] = {str(k): recall_at_k(gold, ranked[:k]) for k in ks}
-        record["turns"]["dense_turns"] = {str(k): len(ranked[:k]) for k in ks}
-        results.append(record)
-    return results
 
 
 # --- asking through Kafka ---------------------------------------------------------------
@@ -497,29 +403,6 @@ async def run_baselines(settings: Settings, pool, tenant: str, items: list[Item]
     return out
 
 
-async def run_judge(settings: Settings, args: argparse.Namespace, items: list[Item],
-                    records: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    from epistream.core.metrics import Metrics
-    from epistream.ops.resources import model_client
-
-    from .eval_baselines import judge
-
-    key = os.environ.get(args.judge_api_key_env) if args.judge_api_key_env else None
-    judge_settings = settings.with_overrides(**({"llm_api_key": SecretStr(key)} if key else {}))
-    client = model_client(judge_settings, "judge", Metrics.create(), base_url=args.judge_base_url,
-                          model=args.judge_model or None,
-                          json_mode=JsonMode(args.judge_json_mode) if args.judge_json_mode else None)
-    tokens = [0, 0]
-    for item in items:
-        for system in records[item.index]["systems"].values():
-            verdict, usage = await judge(client, item.qa.question, item.gold, system.get("answer") or "")
-            system["judge"] = verdict
-            tokens[0] += usage.prompt_tokens
-            tokens[1] += usage.completion_tokens
-    return {"base_url": args.judge_base_url, "model": client.model, "prompt_tokens": tokens[0],
-            "completion_tokens": tokens[1]}
-
-
 # --- the run ----------------------------------------------------------------------------------
 
 
@@ -539,8 +422,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
         samples = samples[: args.conversations]
     if not samples:
         raise SystemExit(f"{args.path}: no conversations to evaluate")
-    every, asked = plan(samples, args)
-    with_evidence = recall_questions(every)
+    asked = plan(samples, args)
     url = admin_database_url(settings)
     timings: dict[str, float] = {}
     notes: list[str] = []
@@ -564,32 +446,19 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
     print(f"  {expected}/{expected} turns stored ({time.perf_counter() - started:.1f}s)", flush=True)
     timings["ingest_s"] = round(time.perf_counter() - started, 2)
     if args.wait_enrichment:
-        done, waited = await wait_for_enrichment(url, tenant, args.enrichment_timeout, settings.segment_idle_s)
+        done, waited = await await_enrichment(url, tenant, args.enrichment_timeout, settings.segment_idle_s)
         timings["enrichment_wait_s"] = round(waited, 1)
         if not done:
             notes.append(f"enrichment was not finished after {args.enrichment_timeout:.0f}s: "
                          "summaries are missing for some segments")
-    result["store"] = await store_state(url, tenant)
-    if result["store"]["unsegmented_turns"]:
-        notes.append(f"{result['store']['unsegmented_turns']} turns were in no closed segment: the router saw them "
-                     "as one 'open' segment per conversation, which inflates segment recall")
+    with psycopg.connect(url) as conn:
+        state = store_state(conn, tenant)
+    result["store"] = {"turns": state.turns, "segments": state.segments, "enriched": state.enriched,
+                       "failed": state.failed, "gists": state.gists, "facts": state.facts}
 
     shared = await Resources.open(settings)
     pool, embedder = shared.pool, shared.embedder
     try:
-        print(f"\n2. router recall@{','.join(map(str, args.recall_k))} segments and recall at equal token budgets "
-              f"for {len(with_evidence)} questions with evidence (categories 1-4)", flush=True)
-        started = time.perf_counter()
-        vectors = await asyncio.to_thread(embedder.embed, [it.qa.question for it in with_evidence], kind="query")
-        per_question = await measure_recall(pool, settings, tenant, with_evidence, vectors, args.recall_k)
-        timings["recall_s"] = round(time.perf_counter() - started, 2)
-        # k counts segments (about 23 turns each) for the router, turns for dense_turns: not comparable
-        # across systems; recall_at_budget below is.
-        result["router_recall_at_k_segments"] = eval_report.summarise_recall(per_question, args.recall_k)
-        result["router_recall_at_k_segments_questions"] = per_question
-        result.update(await budget_recall.on_stack_memory(settings, pool, embedder, tenant, samples,
-                                                          [(it.sample, it.qa) for it in with_evidence], vectors))
-
         records: dict[int, dict[str, Any]] = {
             it.index: {"index": it.index, "sample_id": it.sample.sample_id,
                        "conversation_id": it.sample.conversation_id, "category": it.category,
@@ -602,7 +471,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
             reply_topic = f"{settings.topic_answers}.eval-{run_id}"
             await create_topic(settings, reply_topic)
             result["reply_topic"] = reply_topic
-            print(f"\n3. asking {len(asked)} questions (mode {args.mode}, {args.concurrency} in flight) "
+            print(f"\n2. asking {len(asked)} questions (mode {args.mode}, {args.concurrency} in flight) "
                   f"through {settings.topic_questions}, replies on {reply_topic}", flush=True)
             started = time.perf_counter()
             requests_before = await asyncio.to_thread(model_requests, settings, "answer")
@@ -624,7 +493,7 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
             result["unanswered"] = sum(1 for g in got.values() if g["answer"] is None)
 
             if not args.no_baselines:
-                print(f"\n4. baselines on {settings.llm_base_url}: full context and dense top-{args.baseline_k}",
+                print(f"\n3. baselines on {settings.llm_base_url}: full context and dense top-{args.baseline_k}",
                       flush=True)
                 started = time.perf_counter()
                 asked_vectors = await asyncio.to_thread(embedder.embed, [it.qa.question for it in asked], kind="query")
@@ -633,9 +502,6 @@ async def run(settings: Settings, args: argparse.Namespace, run_id: str, tenant:
                 timings["baselines_s"] = round(time.perf_counter() - started, 1)
                 for index, systems in baselines.items():
                     records[index]["systems"].update(systems)
-            if args.judge_base_url:
-                print(f"\n5. judging with {args.judge_base_url}", flush=True)
-                result["judge"] = await run_judge(settings, args, asked, records)
         result["questions"] = [records[it.index] for it in asked]
         result["systems"] = {name: eval_report.summarise_system(result["questions"], name)
                              for name in ("epistream", "full_context", "dense_top_k")}

@@ -43,7 +43,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--results", type=Path, default=RESULTS, help="where the JSON and PNG files go")
     ingest = p.add_argument_group("ingest")
     ingest.add_argument("--turns", type=int, help="cap the number of turns (default: the whole LoCoMo dev split)")
-    ingest.add_argument("--no-logged-copy", action="store_true", help="skip the COPY into a logged scratch table")
     enrich = p.add_argument_group("enrichment")
     enrich.add_argument("--rate", type=float, default=20.0, help="turns per second streamed (default 20)")
     enrich.add_argument("--conversations", type=int, help="first N conversations (default: all, or 2 with --quick)")
@@ -53,7 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     enrich.add_argument("--restart-worker", action="store_true",
                         help="restart a running ingest worker whose idle timeout differs from the one asked for")
     enrich.add_argument("--max-minutes", type=float, default=75.0,
-                        help="stop waiting after this long, report partial figures and a projection (default 75)")
+                        help="stop waiting after this long and report partial figures (default 75)")
     enrich.add_argument("--stall-minutes", type=float, default=15.0,
                         help="stop when nothing progresses for this long (default 15)")
     args = p.parse_args(argv)

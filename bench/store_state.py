@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from epistream.ops.readiness import OnPoll, poll, poll_async
+from epistream.ops.readiness import OnPoll, poll
 
 # open_conversations: conversations with turns no closed segment holds yet (beyond the carried overlap),
 # the segmenter's own notion of "open" (its idle-close query uses the same test).
@@ -74,11 +74,6 @@ def store_state(conn: psycopg.Connection, tenant: str) -> StoreState:
     return _state(conn.execute(STORE_STATE, {"tenant": tenant}).fetchone())
 
 
-async def store_state_async(conn: psycopg.AsyncConnection, tenant: str) -> StoreState:
-    cur = await conn.execute(STORE_STATE, {"tenant": tenant})
-    return _state(await cur.fetchone())
-
-
 def wait_for_enrichment(url: str, tenant: str, *, expected_turns: int = 0, timeout_s: float | None = None,
                         stall_s: float | None = None, interval_s: float = 1.0,
                         on_poll: OnPoll | None = None) -> StoreState:
@@ -87,14 +82,3 @@ def wait_for_enrichment(url: str, tenant: str, *, expected_turns: int = 0, timeo
         return poll(lambda: store_state(conn, tenant), lambda s: s.enrichment_finished(expected_turns),
                     what=f"the segments of {tenant} to be enriched", timeout_s=timeout_s, stall_s=stall_s,
                     interval_s=interval_s, progress=StoreState.progress, on_poll=on_poll)
-
-
-async def wait_for_enrichment_async(url: str, tenant: str, *, expected_turns: int = 0,
-                                    timeout_s: float | None = None, stall_s: float | None = None,
-                                    interval_s: float = 1.0, on_poll: OnPoll | None = None) -> StoreState:
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        return await poll_async(lambda: store_state_async(conn, tenant),
-                                lambda s: s.enrichment_finished(expected_turns),
-                                what=f"the segments of {tenant} to be enriched", timeout_s=timeout_s,
-                                stall_s=stall_s, interval_s=interval_s, progress=StoreState.progress,
-                                on_poll=on_poll)

@@ -2,8 +2,7 @@
 
 Counters are cumulative since the worker started, so every figure is a
 difference between two scrapes. They are per worker, not per tenant: another
-tenant's work in between is in the difference too (the enrichment report
-checks for that in the database).
+tenant's work in between is in the difference too.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from typing import Generic, TypeVar
 from prometheus_client.samples import Sample
 
 from epistream.core.metrics import parse_samples, read_samples, sample_sum
-from epistream.ops.health import WORKERS, worker_metrics_url
+from epistream.ops.health import worker_metrics_url
 from epistream.settings.processes import Settings
 
 
@@ -53,10 +52,6 @@ class ExtractorCounters(_Counters):
     call_seconds: float = 0.0  # summed latency of the calls above
     prompt_tokens: float = 0.0
     completion_tokens: float = 0.0
-    segments_enriched: float = 0.0
-    segments_failed: float = 0.0
-    segments_closed: float = 0.0
-    enrich_seconds: float = 0.0  # model call(s) + embeddings + store, of enriched segments only
 
     @property
     def calls(self) -> float:
@@ -91,17 +86,6 @@ def request_delta(before: dict | None, after: dict | None) -> dict[str, dict[str
                    if after[role][o] - before.get(role, {}).get(o, 0.0)} for role in after}
 
 
-def model_calls_all_workers(settings: Settings) -> float | None:
-    """Model calls of every role by both workers: anything that kept the model server busy."""
-    total = 0.0
-    for worker in WORKERS:
-        samples = _scrape_samples(settings, worker)
-        if samples is None:
-            return None
-        total += sample_sum(samples, "epistream_model_requests_total")
-    return total
-
-
 def scrape(settings: Settings) -> IngestCounters | None:
     samples = _scrape_samples(settings)
     if samples is None:
@@ -127,10 +111,6 @@ def scrape_extractor(settings: Settings) -> ExtractorCounters | None:
         call_seconds=sample_sum(samples, "epistream_model_request_duration_seconds_sum", **role),
         prompt_tokens=sample_sum(samples, "epistream_model_tokens_total", kind="prompt", **role),
         completion_tokens=sample_sum(samples, "epistream_model_tokens_total", kind="completion", **role),
-        segments_enriched=sample_sum(samples, "epistream_enrich_segments_total", outcome="enriched"),
-        segments_failed=sample_sum(samples, "epistream_enrich_segments_total", outcome="failed"),
-        segments_closed=sample_sum(samples, "epistream_segments_closed_total"),
-        enrich_seconds=sample_sum(samples, "epistream_enrich_duration_seconds_sum"),
     )
 
 
@@ -145,7 +125,6 @@ class Increase(Generic[C]):
     def __init__(self, first: C | None) -> None:
         self.last = first
         self.total: C | None = None if first is None else type(first)()
-        self.resets = 0
 
     def add(self, current: C | None) -> None:
         if current is None:
@@ -155,7 +134,6 @@ class Increase(Generic[C]):
             return
         step = current - self.last
         if any(getattr(step, f.name) < 0 for f in fields(step)):
-            self.resets += 1
             step = current  # everything since the restart
         self.total = self.total + step  # type: ignore[operator]
         self.last = current

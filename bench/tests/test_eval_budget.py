@@ -127,13 +127,3 @@ def test_score_asks_a_budget_aware_system_per_budget_and_a_ranking_once_and_summ
     assert summary["recall_at_budget"]["context"]["1000"] == 1.0
     assert summary["recall_at_budget_by_category"]["context"]["1"]["500"] == 0.0
     assert "| context | 0.000 | 1.000 |" in table(summary)
-
-
-def test_the_stack_eval_measures_recall_on_categories_1_to_4_with_evidence_only() -> None:
-    from bench.locomo_eval import Item, recall_questions
-    from epistream.client.sources import LocomoQA
-
-    sample = _sample("conv-26")
-    items = [Item(n, sample, LocomoQA("q", "a", None, category, evidence))
-             for n, (category, evidence) in enumerate([(1, ["D1:1"]), (5, ["D1:2"]), (4, []), (2, ["D2:1"])])]
-    assert [it.index for it in recall_questions(items)] == [0, 3]

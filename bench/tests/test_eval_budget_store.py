@@ -14,11 +14,9 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from bench.budget_recall import on_stack_memory
 from bench.budget_systems import CachedEmbedder, Memory, Query, RouterSegments, StoredTurns
-from epistream.client.sources import LocomoQA, LocomoSample
 from epistream.consumers.retrieval import from_settings
-from epistream.models.embeddings import Embedder, turn_embedding_text
+from epistream.models.embeddings import turn_embedding_text
 from epistream.settings.processes import Settings
 from epistream.testing.turns import make_turns
 
@@ -56,14 +54,6 @@ def test_dense_turn_search_is_exact_under_a_tenant_filter_and_the_router_reads_w
             dense = await StoredTurns("dense_turns", memory, recipes, dense_only=True).pieces(q, 4000)
             routed = await RouterSegments(memory, recipes, {(t.conversation_id, t.turn_id): t for t in ours}
                                           ).pieces(q, 4000)
-            # What bench.locomo_eval adds over the stack's memory: the same systems keyed by budget.
-            sample = LocomoSample("s", ours[0].conversation_id, ours, [LocomoQA("number?", "1", None, 4, ["t001"])])
-            # The context systems embed their question (without names) with the project's embedder.
-            figures = await on_stack_memory(postgres, memory.pool, Embedder.from_settings(postgres), tenant, [sample],
-                                            [(sample, sample.qa[0])], [query])
-            assert figures["recall_at_budget_questions"] == 1
-            assert set(figures["recall_at_budget"]["router"]) == {"250", "500", "1000", "2000", "4000"}
-            assert figures["recall_at_budget"]["dense_turns"]["4000"] == 1.0  # 120 short turns fit 4,000 tokens
             return [p.turn_ids[0] for p in dense], [p.turn_ids[0] for p in routed], await memory.count("segments")
         finally:
             await memory.drop()

@@ -19,9 +19,8 @@ from bench.eval_metrics import (
     sample_by_category,
     says_abstain,
     score_answer,
-    union_turns,
 )
-from bench.eval_report import markdown, summarise_recall, summarise_system
+from bench.eval_report import markdown, summarise_system
 from bench.worker_metrics import parse_model_requests, request_delta
 
 
@@ -105,15 +104,11 @@ def test_abstention_precision_and_recall():
     assert empty.precision is None and empty.recall is None
 
 
-def test_recall_at_k_over_the_union_of_segment_turns():
-    segments = [("D1:1", "D1:2"), ("D3:4",), ("D2:7", "D2:8")]
-    assert union_turns(segments, 2) == {"D1:1", "D1:2", "D3:4"}
-    assert recall_at_k(["D1:2", "D2:8"], union_turns(segments, 1)) == 0.5
-    assert recall_at_k(["D1:2", "D2:8"], union_turns(segments, 3)) == 1.0
+def test_recall_at_k_of_the_evidence():
+    assert recall_at_k(["D1:2", "D2:8"], ["D1:1", "D1:2"]) == 0.5
     # Duplicated gold ids count once; no gold means no figure.
     assert recall_at_k(["D3:4", "D3:4", "D9:9"], ["D3:4"]) == 0.5
     assert recall_at_k([], ["D1:1"]) is None
-    assert union_turns(segments, 10) == {"D1:1", "D1:2", "D3:4", "D2:7", "D2:8"}
 
 
 def test_sampling_per_category_is_seeded_bounded_and_ordered():
@@ -167,19 +162,9 @@ def test_summaries_and_markdown_from_records():
     assert ours["abstention"] == {"precision": 1.0, "recall": 1.0, "predicted": 1, "gold": 1, "true_positive": 1}
     assert ours["tokens_per_query"]["master"] == {"prompt": 200.0, "completion": 20.0, "calls": 1.0}
     assert summarise_system(records, "full_context") is None
-    recall = summarise_recall([
-        {"category": 4, "recall": {"dense": {"5": 0.5}, "dense_turns": {"5": 1.0}},
-         "turns": {"dense": {"5": 40}, "dense_turns": {"5": 5}}},
-        {"category": 2, "recall": {"dense": {"5": 1.0}, "dense_turns": {"5": 0.0}},
-         "turns": {"dense": {"5": 20}, "dense_turns": {"5": 5}}},
-    ], [5])
-    assert recall["overall"]["dense"]["recall"]["5"] == 0.75
-    assert recall["overall"]["dense"]["turns"]["5"] == 30.0
-    assert recall["per_category"]["2"]["dense_turns"]["5"] == 0.0
     text = markdown({"run_id": "r", "dataset": "x.json", "conversations": ["conv-1"], "mode": "deep",
-                     "model": "m", "store": {}, "router_recall_at_k_segments": recall, "questions_asked": 2, "baseline_k": 10,
+                     "model": "m", "store": {}, "questions_asked": 2, "baseline_k": 10,
                      "systems": {"epistream": ours, "dense_top_k": summarise_system(records, "dense_top_k")}})
-    assert "| dense only | 0.750 |" in text
     assert "| 4 single-hop | 1 | 1.000 | 1.000 | 0.000 | 0.000 |" in text
 
 
