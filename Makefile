@@ -97,15 +97,16 @@ bench: setup
 	$(BIN)/python -m bench.run
 
 # The LoCoMo evaluation, a benchmark driver (bench/locomo_eval.py; `python -m bench.locomo_eval --help`), e.g.
-#   make eval EVAL_ARGS="../shared/data/locomo/locomo-dev.json --limit-per-category 4"
-EVAL_ARGS ?= ../shared/data/locomo/locomo-dev.json
+# on the LoCoMo development split ($LOCOMO_DEV, else the shared copy beside the checkout), e.g.
+#   make eval EVAL_ARGS="--limit-per-category 4"
+EVAL_ARGS ?=
 eval: setup
 	$(BIN)/python -m bench.locomo_eval $(EVAL_ARGS)
 
 # Evidence recall at equal token budgets, no model and no Kafka (bench/budget_recall.py): the offline
 # baselines and the stored memory's searches on the embedded PostgreSQL, e.g.
 #   make eval-budget BUDGET_ARGS="--split report"
-BUDGET_ARGS ?= ../shared/data/locomo/locomo-dev.json --split all
+BUDGET_ARGS ?= --split all
 eval-budget: setup
 	$(BIN)/python -m bench.budget_recall $(BUDGET_ARGS)
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from epistream.client.sources import LocomoSample, load_locomo
 from epistream.settings.processes import Settings
+from epistream.testing.datasets import locomo_dev
 
 from . import report
 from .budget_systems import (
@@ -53,7 +54,6 @@ from .eval_metrics import ADVERSARIAL, CATEGORY_NAMES, mean
 from .stack import up
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo-dev.json"  # as `make eval` finds it
 DEFAULT_OUT = ROOT / "bench" / "results" / "budget-recall.json"
 # Issue 12's split of the dev conversations: choices are picked on the first, figures reported on the second.
 SPLITS = {"pick": ("conv-26", "conv-30", "conv-41"), "report": ("conv-42", "conv-43")}
@@ -235,7 +235,8 @@ def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.budget_recall", description=__doc__.split("\n\n")[0])
-    p.add_argument("path", nargs="?", type=Path, default=DEFAULT_DATA, help="a LoCoMo-format JSON file")
+    p.add_argument("path", nargs="?", type=Path, default=locomo_dev(),
+                   help="a LoCoMo-format JSON file (default: $LOCOMO_DEV, else the shared development split)")
     p.add_argument("--split", choices=("pick", "report", "all"), default="all")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results (a directory: budget-recall.json in it)")
     p.add_argument("--conversations", help="only these conversations (comma-separated ids), instead of --split's")

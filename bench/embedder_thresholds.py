@@ -8,7 +8,7 @@ of texts above MiniLM's threshold; a card's threshold is the same quantile of it
 nearest-neighbour cosines. Prints one JSON object; the cards in epistream/settings/embedder_cards.py carry
 the rounded figures.
 
-    python -m bench.embedder_thresholds ../shared/data/locomo/locomo-dev.json
+    python -m bench.embedder_thresholds [LOCOMO_JSON]   # default: $LOCOMO_DEV, else the shared split
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from epistream.client.sources import load_locomo
 from epistream.models.embeddings import Embedder
 from epistream.settings.embedder_cards import CARDS
 from epistream.settings.processes import Settings
+from epistream.testing.datasets import locomo_dev
 
 REFERENCE = "all-minilm-l6-v2-int8"
 NAME = re.compile(r"\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*\b")
@@ -36,7 +38,7 @@ def nearest_cosines(vectors: np.ndarray) -> np.ndarray:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("path")
+    parser.add_argument("path", nargs="?", type=Path, default=locomo_dev())
     parser.add_argument("--turns", type=int, default=3000, help="turns sampled (the same for every card)")
     args = parser.parse_args()
     turns = [t.text for s in load_locomo(args.path) for t in s.turns]

@@ -106,7 +106,7 @@ class _Stream(threading.Thread):
 def run_enrich(settings: Settings, url: str, run_id: str, opts: EnrichOptions) -> dict[str, Any]:
     worker = _worker_settings(settings)
     workload = enrich_workload(
-        ROOT, run_id=run_id, conversations=opts.conversations,
+        run_id=run_id, conversations=opts.conversations,
         turns_per_conversation=opts.turns_per_conversation,
     )
     expected = expected_segments(workload.turns, _segmenter_config(worker))

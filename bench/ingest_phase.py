@@ -131,7 +131,7 @@ def run_ingest(settings: Settings, url: str, run_id: str, args: Namespace) -> di
         shown = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")
         print(f"  note: the ingest worker (started {worker_started:%H:%M:%S}) predates changes to {shown};")
         print("        `epistream down && epistream up` restarts it on the current code")
-    source = load_workload(ROOT, run_id=run_id, limit=limit)
+    source = load_workload(run_id=run_id, limit=limit)
     partitions = asyncio.run(topic_partitions(settings))
     layout = segment_free(
         source.turns, partitions=partitions, max_tokens=int(worker_setting(settings, "segment_max_tokens") or 4096)

@@ -35,6 +35,7 @@ from epistream.messaging.kafka_io import create_consumer
 from epistream.messaging.topics import create_topic, delete_topics
 from epistream.ops.readiness import WaitTimeout
 from epistream.settings.processes import Settings
+from epistream.testing.datasets import locomo_dev
 
 from . import eval_report
 from .eval_metrics import ADVERSARIAL, recall_at_k, sample_by_category, score_answer
@@ -66,7 +67,8 @@ def _int_list(text: str) -> list[int]:
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The evaluation's options."""
-    p.add_argument("path", help="a LoCoMo-format JSON file (list of samples with conversation and qa)")
+    p.add_argument("path", nargs="?", type=Path, default=locomo_dev(), help="a LoCoMo-format JSON file (list of samples "
+                   "with conversation and qa; default: $LOCOMO_DEV, else the shared development split)")
     p.add_argument("--conversations", type=int, help="only the first N conversations of the file")
     p.add_argument("--categories", type=_int_list, default=[1, 2, 3, 4, 5],
                    help="question categories to ask, e.g. 1,2,3,4,5 (LoCoMo numbering)")

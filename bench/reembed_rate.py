@@ -5,7 +5,7 @@ re-embedded in place to the configured model by the indexer's own rounds (pipeli
 of EPISTREAM_REEMBED_BATCH, no pause between them), beside the configured model alone on the same
 texts in the same run (batches of EPISTREAM_EMBEDDING_BATCH). No Kafka, no model server.
 
-    python -m bench.reembed_rate ../shared/data/locomo/locomo-dev.json [--out bench/results/reembed.json]
+    python -m bench.reembed_rate [LOCOMO_JSON] [--out bench/results/reembed.json]   # default: $LOCOMO_DEV, else the shared split
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from epistream.models.embeddings import Embedder, turn_embedding_text
 from epistream.pipeline.reembed import pending, reembed_round
 from epistream.settings.processes import Settings
 from epistream.storage.db import create_pool
+from epistream.testing.datasets import locomo_dev
 
 from . import report
 from .budget_systems import CachedEmbedder, Memory
@@ -77,7 +78,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("path", type=Path)
+    parser.add_argument("path", nargs="?", type=Path, default=locomo_dev())
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "reembed.json")
     args = parser.parse_args()
     settings = Settings()

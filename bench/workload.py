@@ -19,16 +19,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import zip_longest
-from pathlib import Path
 
 from epistream.client.sources import load_locomo
 from epistream.contracts.turns import Turn
 from epistream.pipeline.segmenter import SegmenterConfig, SegmenterState, close, estimate_tokens, feed
 from epistream.pipeline.store.segments import turn_line
+from epistream.testing.datasets import locomo_dev
 
 from .produce import Record
 
-LOCOMO_DEV = Path("..") / "shared" / "data" / "locomo" / "locomo-dev.json"
 # Without LoCoMo: a size close to the dev split, so full runs stay comparable.
 SYNTHETIC_DEFAULT = 2700
 # Segment-free parts stay this far under the token budget (the estimate is per line, the budget a sum).
@@ -58,10 +57,10 @@ class Workload:
         return list(dict.fromkeys(t.conversation_id for t in self.turns))
 
 
-def load_workload(root: Path, *, run_id: str, limit: int | None) -> Workload:
+def load_workload(*, run_id: str, limit: int | None) -> Workload:
     """The run's turns, under a tenant and conversation ids no other run uses (so every row is an insert)."""
     tenant = f"bench-{run_id}"
-    path = (root / LOCOMO_DEV).resolve()
+    path = locomo_dev()
     if path.exists():
         samples = load_locomo(path, tenant=tenant, conversation_prefix=f"bench-{run_id}-")
         turns = _interleave([s.turns for s in samples], limit)
@@ -174,12 +173,12 @@ def _split(conversation: list[Turn], limit: float) -> list[list[Turn]]:
 
 
 def enrich_workload(
-    root: Path, *, run_id: str, conversations: int | None, turns_per_conversation: int | None
+    *, run_id: str, conversations: int | None, turns_per_conversation: int | None
 ) -> Workload:
     """The first `conversations` of the split, each cut to its first `turns_per_conversation` turns,
     interleaved so they all stream at once and end together."""
     tenant = f"bench-{run_id}-enrich"
-    path = (root / LOCOMO_DEV).resolve()
+    path = locomo_dev()
     if path.exists():
         samples = load_locomo(path, tenant=tenant, conversation_prefix=f"{tenant}-")
         groups, source = [s.turns for s in samples], "locomo-dev"
