@@ -30,7 +30,7 @@ RESULTS = ROOT / "bench" / "results"
 # Workers this run starts close segments soon (small budget, short idle), so a scenario's slow path
 # finishes within minutes; an exported value wins, and a running stack keeps its own (the checks read it).
 WORKER_ENV = {"EPISTREAM_SEGMENT_MAX_TOKENS": "400", "EPISTREAM_SEGMENT_IDLE_S": "3",
-              "EPISTREAM_SEGMENT_CHECK_EVERY_S": "1"}
+              "EPISTREAM_SEGMENT_CHECK_EVERY_S": "1", "EPISTREAM_EVENTS_RELAY_EVERY_S": "1"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -56,6 +56,7 @@ TEST_ENV = {
     "EPISTREAM_SEGMENT_MAX_TOKENS": "400",
     "EPISTREAM_SEGMENT_IDLE_S": "3",
     "EPISTREAM_SEGMENT_CHECK_EVERY_S": "1",
+    "EPISTREAM_EVENTS_RELAY_EVERY_S": "1",
     "EPISTREAM_EXTRACTOR_MAX_TOKENS": "1024",
     # CPU model calls on a busy 2-core machine: generous timeouts, not flaky tests.
     "EPISTREAM_LLM_TIMEOUT_S": "240",
