@@ -12,6 +12,7 @@ from epistream.models.llm import ModelClient
 from epistream.settings.processes import Settings
 
 from .assistants import AssistantPool
+from .read_after import Ends
 from .retrieval import Recipes
 
 
@@ -24,4 +25,6 @@ class AnswerDeps:
     metrics: Metrics
     assistants: AssistantPool
     recipes: Recipes
+    #: Where the turns topic's log ends (a read-after names positions never produced at once); None: not asked.
+    turns_ends: Ends | None = None
 

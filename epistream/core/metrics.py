@@ -201,7 +201,7 @@ class Metrics:
             read_after_wait_seconds=Histogram(
                 "epistream_answer_read_after_wait_seconds",
                 "How long questions with `after` positions waited for ingest to store through them, by outcome "
-                "(stored, timed_out).",
+                "(stored, timed_out, never_produced: a position on no partition or past its end, not waited for).",
                 ["outcome"], buckets=_FAST, registry=reg,
             ),
             reads_incomplete=Counter(

@@ -297,12 +297,12 @@ async def partitions_of(settings: ClientSettings, topic: str) -> list[int]:
     admin = create_admin(settings)
     await admin.start()
     try:
-        return (await _partitions(admin, [topic]))[topic]
+        return (await topic_partitions(admin, [topic]))[topic]
     finally:
         await admin.close()
 
 
-async def _partitions(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, list[int]]:
+async def topic_partitions(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, list[int]]:
     """Each topic's partition numbers, with an admin client already started (one metadata request)."""
     described = await admin.describe_topics(topics)
     return {d["topic"]: sorted(p["partition"] for p in d["partitions"]) for d in described}
@@ -321,7 +321,7 @@ async def partition_lag(settings: ClientSettings, group: str, topics: list[str])
         await consumer.start()
         committed = await admin.list_consumer_group_offsets(group)
         # The admin that reads the committed offsets names the partitions too: no client per topic.
-        partitions = [TopicPartition(t, p) for t, numbers in (await _partitions(admin, topics)).items() for p in numbers]
+        partitions = [TopicPartition(t, p) for t, numbers in (await topic_partitions(admin, topics)).items() for p in numbers]
         ends = await consumer.end_offsets(partitions)
     finally:
         # Both, whether or not they started (a client that failed to start still holds its connections).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -112,6 +113,31 @@ def test_with_ingest_stopped_a_read_gives_up_at_its_bound_and_says_it_is_incompl
     reply = asyncio.run(context(workers.settings, tenant=tenant, question=turn.text, conversation_ids=["stopped"],
                                 budget_tokens=200, after=positions, timeout_s=BOUND_S + 60))
     assert reply.incomplete is None and _contains(reply, turn)
+
+
+def test_positions_nothing_was_produced_at_are_named_at_once_not_waited_for(workers, tenant):
+    """A position on a partition the turns topic lacks, or far past its partition's end, can never be
+    stored: the reply says so, and the read does not spend its bound waiting for it."""
+    before = _answer_metric("epistream_answer_reads_incomplete_total")
+    turn = _turn(tenant, "real", 1)
+    positions = asyncio.run(produce_turns(workers.settings, [turn]))
+    asked = [Position(conversation_id="ghost", partition=99, offset=0),
+             Position(conversation_id="far", partition=0, offset=10**12), positions["real"]]
+
+    async def go() -> tuple[MemoryContext, float]:
+        started = time.monotonic()
+        reply = await context(workers.settings, tenant=tenant, question=turn.text, budget_tokens=200, after=asked,
+                              timeout_s=BOUND_S + 60)
+        return reply, time.monotonic() - started
+
+    reply, waited = asyncio.run(go())
+    topic = workers.settings.topic_turns
+    assert reply.error is None and _contains(reply, turn)  # the real position was waited for and read
+    assert reply.incomplete is not None and re.fullmatch(
+        rf"never produced to {re.escape(topic)}: ghost@99:0 \(no partition 99\), far@0:1000000000000 "
+        r"\(partition 0 ends at \d+\); not waited for", reply.incomplete), reply.incomplete
+    assert waited < BOUND_S  # named at once: the bound was not spent on them
+    assert _answer_metric("epistream_answer_reads_incomplete_total") == before + 1
 
 
 def _second_ingest_worker(workers: Scripted) -> ManagedProcess:

@@ -14,7 +14,13 @@ from aiokafka.structs import RecordMetadata, TopicPartition
 
 from epistream.apps.cli.main import _after
 from epistream.client.api import _note_position, _positions
-from epistream.consumers.read_after import MAX_POLL_S, incomplete_reason, wait_until_stored
+from epistream.consumers.read_after import (
+    MAX_POLL_S,
+    incomplete_reason,
+    never_reason,
+    split_never_produced,
+    wait_until_stored,
+)
 from epistream.contracts.decoding import decode
 from epistream.contracts.positions import Position
 from epistream.contracts.questions import Question
@@ -117,6 +123,55 @@ def test_the_wait_gives_up_at_its_bound_and_names_what_is_missing():
 def test_the_reason_names_three_positions_and_counts_the_rest():
     reason = incomplete_reason([pos(0, n, f"c{n}") for n in range(5)], 5.0)
     assert reason.startswith("not stored within 5s: c0@0:0, c1@0:1, c2@0:2 and 2 more;")
+
+
+def _split(positions: Sequence[Position], marks: Sequence[Mapping[int, int]], ends: Sequence[Mapping[int, int] | None]
+           ) -> tuple[list[Position], list[tuple[Position, str]], list[float]]:
+    """split_never_produced over scripted marks and log ends (each call takes the next, the last repeats)."""
+    calls = {"marks": 0, "ends": 0}
+    pauses: list[float] = []
+
+    async def read_marks(partitions: Sequence[int]) -> Mapping[int, int]:
+        calls["marks"] += 1
+        return marks[min(calls["marks"] - 1, len(marks) - 1)]
+
+    async def read_ends() -> Mapping[int, int] | None:
+        calls["ends"] += 1
+        return ends[min(calls["ends"] - 1, len(ends) - 1)]
+
+    async def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+
+    waitable, never = asyncio.run(split_never_produced(positions, read_marks, read_ends, grace_s=1.0, sleep=sleep))
+    return waitable, never, pauses
+
+
+def test_a_position_on_a_partition_the_topic_lacks_is_never_waited_for():
+    waitable, never, pauses = _split([pos(9, 0, "nowhere"), pos(0, 4)], [{0: 1}], [{0: 10, 1: 3}])
+    assert waitable == [pos(0, 4)] and never == [(pos(9, 0, "nowhere"), "no partition 9")] and pauses == []
+    assert never_reason(never, "memory.turns") == ("never produced to memory.turns: nowhere@9:0 (no partition 9); "
+                                                   "not waited for")
+
+
+def test_a_position_past_its_partitions_end_gets_a_grace_then_is_named():
+    waitable, never, pauses = _split([pos(0, 1_000_000, "far")], [{0: 5}], [{0: 6}])
+    assert waitable == [] and never == [(pos(0, 1_000_000, "far"), "partition 0 ends at 6")] and pauses == [1.0]
+
+
+def test_a_position_the_end_caught_up_with_in_the_grace_is_waited_for():
+    # The listed end trailed a record just acknowledged (acks=1): after the grace it is below the end.
+    waitable, never, _ = _split([pos(0, 6)], [{0: 5}], [{0: 6}, {0: 7}])
+    assert waitable == [pos(0, 6)] and never == []
+
+
+def test_without_the_log_ends_every_position_is_waited_for():
+    waitable, never, pauses = _split([pos(9, 0), pos(0, 99)], [{0: 5}], [None])
+    assert waitable == [pos(9, 0), pos(0, 99)] and never == [] and pauses == []
+
+
+def test_a_stored_position_never_asks_for_the_log_ends():
+    waitable, never, _ = _split([pos(0, 3)], [{0: 5}], [])  # an `ends` call would fail: none scripted
+    assert waitable == [] and never == []
 
 
 def test_the_cli_reads_positions_as_produce_prints_them():
