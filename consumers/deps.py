@@ -12,7 +12,7 @@ from epistream.models.llm import ModelClient
 from epistream.settings.processes import Settings
 
 from .assistants import AssistantPool
-from .read_after import Ends
+from .read_after import TurnsLog
 from .retrieval import Recipes
 
 
@@ -26,5 +26,5 @@ class AnswerDeps:
     assistants: AssistantPool
     recipes: Recipes
     #: Where the turns topic's log ends (a read-after names positions never produced at once); None: not asked.
-    turns_ends: Ends | None = None
+    turns_log: TurnsLog | None = None
 

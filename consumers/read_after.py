@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
+from typing import Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -24,44 +25,57 @@ from epistream.storage.watermarks import stored_through, unmet
 FIRST_POLL_S = 0.01
 MAX_POLL_S = 0.25
 
-#: How long a position at or past its partition's end is given before it counts as never produced: the
-#: end a broker lists (its high watermark) may trail, for a moment, a record a producer with acks=1 was
-#: just told of; a record acknowledged by every replica (the project's client: acks=all) is below it.
-PAST_END_GRACE_S = 1.0
+#: How long a read waits before asking whether its positions lie past their partitions' end: most are
+#: stored well within it (so the common read asks the broker nothing), and the end a broker lists (its
+#: high watermark) may trail, for a moment, a record a producer with acks=1 was just told of.
+PAST_END_AFTER_S = 1.0
 
 Marks = Callable[[Sequence[int]], Awaitable[Mapping[int, int]]]
-#: The turns topic's partitions and the end offset of each (epistream.messaging.log_ends), None when
-#: the broker cannot say now.
-Ends = Callable[[], Awaitable[Mapping[int, int] | None]]
 #: A position no wait can meet, and why.
 Never = tuple[Position, str]
 
 
-def never_produced(positions: Sequence[Position], ends: Mapping[int, int]) -> list[Never]:
-    """The positions on a partition the topic does not have, or at or past their partition's end."""
-    return [(p, f"no partition {p.partition}") if p.partition not in ends
-            else (p, f"partition {p.partition} ends at {ends[p.partition]}")
-            for p in positions if p.partition not in ends or p.offset >= ends[p.partition]]
+class TurnsLog(Protocol):
+    """What the turns topic's log says (epistream.messaging.log_ends.LogEnds)."""
+
+    async def lacking(self, partitions: Set[int]) -> set[int]:
+        """Those of `partitions` the topic does not have (none when the broker cannot say)."""
+        ...
+
+    async def ends(self) -> Mapping[int, int] | None:
+        """Each partition's end offset, or None when the broker cannot say."""
+        ...
 
 
-async def split_never_produced(positions: Sequence[Position], marks: Marks, ends: Ends, *, grace_s: float,
-                               sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
-                               ) -> tuple[list[Position], list[Never]]:
-    """The positions not stored yet, split into those a wait can still meet and those it never can. A
-    missing partition is final at once; a position past its partition's end gets `grace_s` first."""
-    missing = unmet(positions, await marks(sorted({p.partition for p in positions})))
-    listed = await ends() if missing else None
-    if listed is None:
-        return missing, []
-    found = never_produced(missing, listed)
-    never = [(p, why) for p, why in found if p.partition not in listed]
-    past = [p for p, _ in found if p.partition in listed]
-    if past:
-        await sleep(grace_s)
-        past = unmet(past, await marks(sorted({p.partition for p in past})))
-        never += never_produced(past, await ends() or listed)
-    given_up = {p for p, _ in never}
-    return [p for p in missing if p not in given_up], never
+def past_the_end(positions: Sequence[Position], ends: Mapping[int, int]) -> list[Never]:
+    """The positions at or past their partition's end: nothing was produced there."""
+    return [(p, f"partition {p.partition} ends at {ends[p.partition]}")
+            for p in positions if p.partition in ends and p.offset >= ends[p.partition]]
+
+
+async def wait_or_name(positions: Sequence[Position], marks: Marks, log: TurnsLog | None, *, timeout_s: float,
+                       sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+                       clock: Callable[[], float] = time.monotonic) -> tuple[list[Position], list[Never]]:
+    """Wait for `positions` as `wait_until_stored` does, naming instead of waiting for those no wait can
+    meet: on a partition the topic lacks (at once), or past their partition's end (once the read has
+    waited `PAST_END_AFTER_S`). Returns the positions still not stored, and those named."""
+    never: list[Never] = []
+    waitable = list(positions)
+    if log is not None:
+        lacking = await log.lacking({p.partition for p in positions})
+        never = [(p, f"no partition {p.partition}") for p in positions if p.partition in lacking]
+        waitable = [p for p in positions if p.partition not in lacking]
+    started = clock()
+    first = timeout_s if log is None else min(PAST_END_AFTER_S, timeout_s)
+    missing = await wait_until_stored(waitable, marks, timeout_s=first, sleep=sleep, clock=clock)
+    if missing and log is not None and (ends := await log.ends()) is not None:
+        past = past_the_end(missing, ends)
+        never += past
+        missing = [p for p in missing if p not in {q for q, _ in past}]
+    left = timeout_s - (clock() - started)
+    if missing and left > 0:
+        missing = await wait_until_stored(missing, marks, timeout_s=left, sleep=sleep, clock=clock)
+    return missing, never
 
 
 async def wait_until_stored(positions: Sequence[Position], marks: Marks, *, timeout_s: float,
@@ -100,10 +114,10 @@ def never_reason(never: Sequence[Never], topic: str) -> str:
 
 @tracing.traced("read after")  # the wait for the asked positions to be stored
 async def read_after(pool: AsyncConnectionPool, topic: str, positions: Sequence[Position] | None, *,
-                     timeout_s: float, metrics: Metrics, ends: Ends | None = None) -> str | None:
+                     timeout_s: float, metrics: Metrics, log: TurnsLog | None = None) -> str | None:
     """Wait for `positions` on `topic`; None when all are stored (or none given), else the reason the
-    reply is incomplete (counted in the metrics). With `ends`, positions nothing was produced at are
-    named at once instead of waited for."""
+    reply is incomplete (counted in the metrics). With the topic's `log`, positions nothing was produced
+    at are named instead of waited for."""
     if not positions:
         return None
     started = time.perf_counter()
@@ -111,14 +125,7 @@ async def read_after(pool: AsyncConnectionPool, topic: str, positions: Sequence[
     async def marks(partitions: Sequence[int]) -> Mapping[int, int]:
         return await stored_through(pool, topic, partitions)
 
-    never: list[Never] = []
-    missing = list(positions)
-    if ends is not None:
-        missing, never = await split_never_produced(positions, marks, ends,
-                                                    grace_s=min(PAST_END_GRACE_S, timeout_s))
-    if missing:
-        left = max(0.0, timeout_s - (time.perf_counter() - started))
-        missing = await wait_until_stored(missing, marks, timeout_s=left)
+    missing, never = await wait_or_name(positions, marks, log, timeout_s=timeout_s)
     outcome = "timed_out" if missing else "never_produced" if never else "stored"
     metrics.read_after_wait_seconds.labels(outcome).observe(time.perf_counter() - started)
     if not missing and not never:

@@ -115,7 +115,7 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
         # Read-your-own-writes: never read before the asked positions are stored, or say so.
         incomplete = None if not question.after else await read_after(
             deps.pool, settings.topic_turns, question.after, timeout_s=settings.read_after_timeout_s,
-            metrics=deps.metrics, ends=deps.turns_ends)
+            metrics=deps.metrics, log=deps.turns_log)
         reply: Reply
         with tracing.span(f"{question.mode.value} question", attributes={"epistream.mode": question.mode.value}):
             if question.listing is not None:  # one conversation's gists or facts, or refused (consumers/listing.py)
@@ -293,10 +293,10 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     metrics = shared.metrics
     assistants = AssistantPool(shared.assistants(), concurrency=settings.assistant_concurrency,
                                max_tokens=settings.assistant_max_tokens)
-    turns_ends = LogEnds(settings, settings.topic_turns)
-    await turns_ends.start()
+    turns_log = LogEnds(settings, settings.topic_turns)
+    await turns_log.start()
     deps = AnswerDeps(settings=settings, pool=shared.pool, embedder=shared.embedder, master=shared.model("master"),
-                      metrics=metrics, assistants=assistants, recipes=from_settings(settings), turns_ends=turns_ends)
+                      metrics=metrics, assistants=assistants, recipes=from_settings(settings), turns_log=turns_log)
     claims = ClaimCheck.from_settings(settings)  # once per worker, not per question (as ingest does)
     consumer = create_consumer(
         settings,
@@ -320,7 +320,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     finally:
         lag_task.cancel()
         await consumer.stop()
-        await turns_ends.close()
+        await turns_log.close()
         await shared.close()
 
 

@@ -115,7 +115,7 @@ def test_with_ingest_stopped_a_read_gives_up_at_its_bound_and_says_it_is_incompl
     assert reply.incomplete is None and _contains(reply, turn)
 
 
-def test_positions_nothing_was_produced_at_are_named_at_once_not_waited_for(workers, tenant):
+def test_positions_nothing_was_produced_at_are_named_not_waited_for_to_the_bound(workers, tenant):
     """A position on a partition the turns topic lacks, or far past its partition's end, can never be
     stored: the reply says so, and the read does not spend its bound waiting for it."""
     before = _answer_metric("epistream_answer_reads_incomplete_total")

@@ -130,7 +130,7 @@ def test_an_answer_over_the_message_limit_is_sent_with_the_evidence_that_fits(mo
 def test_an_answer_read_after_positions_not_stored_in_time_says_it_is_incomplete(monkeypatch):
     waited: list[tuple] = []
 
-    async def gave_up(pool, topic, positions, *, timeout_s, metrics, ends=None):
+    async def gave_up(pool, topic, positions, *, timeout_s, metrics, log=None):
         waited.append((topic, [p.offset for p in positions], timeout_s))
         return "not stored within 5s: c@0:9; the read may miss those turns"
 
@@ -139,7 +139,7 @@ def test_an_answer_read_after_positions_not_stored_in_time_says_it_is_incomplete
         return worker.failed_answer(question, RuntimeError("stand-in answer"), 0.0)
 
     monkeypatch.setattr(worker, "read_after", gave_up)
-    deps = SimpleNamespace(settings=SETTINGS, metrics=Metrics.create(), pool=None, turns_ends=None)
+    deps = SimpleNamespace(settings=SETTINGS, metrics=Metrics.create(), pool=None, turns_log=None)
     monkeypatch.setattr(worker, "answer_question", fine)
     record = _record(_question(after=[{"conversation_id": "c", "partition": 0, "offset": 9}]))
     outcome = asyncio.run(worker.outcome_of(record, deps, _topics(), claims=ClaimCheck.from_settings(SETTINGS),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 
 import pytest
 from aiokafka.structs import RecordMetadata, TopicPartition
@@ -16,9 +16,10 @@ from epistream.apps.cli.main import _after
 from epistream.client.api import _note_position, _positions
 from epistream.consumers.read_after import (
     MAX_POLL_S,
+    PAST_END_AFTER_S,
     incomplete_reason,
     never_reason,
-    split_never_produced,
+    wait_or_name,
     wait_until_stored,
 )
 from epistream.contracts.decoding import decode
@@ -125,53 +126,59 @@ def test_the_reason_names_three_positions_and_counts_the_rest():
     assert reason.startswith("not stored within 5s: c0@0:0, c1@0:1, c2@0:2 and 2 more;")
 
 
-def _split(positions: Sequence[Position], marks: Sequence[Mapping[int, int]], ends: Sequence[Mapping[int, int] | None]
-           ) -> tuple[list[Position], list[tuple[Position, str]], list[float]]:
-    """split_never_produced over scripted marks and log ends (each call takes the next, the last repeats)."""
-    calls = {"marks": 0, "ends": 0}
-    pauses: list[float] = []
+class Log:
+    """A turns topic with these partitions, whose ends are read in turn (the last repeats; None: unknown)."""
 
-    async def read_marks(partitions: Sequence[int]) -> Mapping[int, int]:
-        calls["marks"] += 1
-        return marks[min(calls["marks"] - 1, len(marks) - 1)]
+    def __init__(self, partitions: set[int], ends: Sequence[Mapping[int, int] | None]) -> None:
+        self.partitions, self._ends, self.asked = partitions, list(ends), {"lacking": 0, "ends": 0}
 
-    async def read_ends() -> Mapping[int, int] | None:
-        calls["ends"] += 1
-        return ends[min(calls["ends"] - 1, len(ends) - 1)]
+    async def lacking(self, partitions: Set[int]) -> set[int]:
+        self.asked["lacking"] += 1
+        return set(partitions - self.partitions)
 
-    async def sleep(seconds: float) -> None:
-        pauses.append(seconds)
+    async def ends(self) -> Mapping[int, int] | None:
+        self.asked["ends"] += 1
+        return self._ends[min(self.asked["ends"] - 1, len(self._ends) - 1)]
 
-    waitable, never = asyncio.run(split_never_produced(positions, read_marks, read_ends, grace_s=1.0, sleep=sleep))
-    return waitable, never, pauses
+
+def _wait(ingest: Ingest, log: Log, positions: Sequence[Position], timeout_s: float = 5.0):
+    return asyncio.run(wait_or_name(positions, ingest.marks, log, timeout_s=timeout_s, sleep=ingest.sleep,
+                                    clock=lambda: ingest.now))
 
 
 def test_a_position_on_a_partition_the_topic_lacks_is_never_waited_for():
-    waitable, never, pauses = _split([pos(9, 0, "nowhere"), pos(0, 4)], [{0: 1}], [{0: 10, 1: 3}])
-    assert waitable == [pos(0, 4)] and never == [(pos(9, 0, "nowhere"), "no partition 9")] and pauses == []
+    ingest = Ingest([{0: 1}, {0: 4}])
+    missing, never = _wait(ingest, Log({0, 1}, [{0: 10, 1: 3}]), [pos(9, 0, "nowhere"), pos(0, 4)])
+    assert missing == [] and never == [(pos(9, 0, "nowhere"), "no partition 9")]
+    assert ingest.now < PAST_END_AFTER_S  # named at once; only the real position was waited for
     assert never_reason(never, "memory.turns") == ("never produced to memory.turns: nowhere@9:0 (no partition 9); "
                                                    "not waited for")
 
 
-def test_a_position_past_its_partitions_end_gets_a_grace_then_is_named():
-    waitable, never, pauses = _split([pos(0, 1_000_000, "far")], [{0: 5}], [{0: 6}])
-    assert waitable == [] and never == [(pos(0, 1_000_000, "far"), "partition 0 ends at 6")] and pauses == [1.0]
+def test_a_position_past_its_partitions_end_is_named_after_the_first_wait():
+    ingest = Ingest([{0: 5}])
+    missing, never = _wait(ingest, Log({0}, [{0: 6}]), [pos(0, 1_000_000, "far")])
+    assert missing == [] and never == [(pos(0, 1_000_000, "far"), "partition 0 ends at 6")]
+    assert ingest.now == pytest.approx(PAST_END_AFTER_S)  # not the whole 5 s bound
 
 
-def test_a_position_the_end_caught_up_with_in_the_grace_is_waited_for():
-    # The listed end trailed a record just acknowledged (acks=1): after the grace it is below the end.
-    waitable, never, _ = _split([pos(0, 6)], [{0: 5}], [{0: 6}, {0: 7}])
-    assert waitable == [pos(0, 6)] and never == []
+def test_a_position_below_the_end_is_waited_for_to_the_bound():
+    # The end caught up with the record (a high watermark that trailed an acks=1 produce): a real position.
+    ingest = Ingest([{0: 5}])
+    missing, never = _wait(ingest, Log({0}, [{0: 7}]), [pos(0, 6)])
+    assert missing == [pos(0, 6)] and never == [] and ingest.now == pytest.approx(5.0)
 
 
 def test_without_the_log_ends_every_position_is_waited_for():
-    waitable, never, pauses = _split([pos(9, 0), pos(0, 99)], [{0: 5}], [None])
-    assert waitable == [pos(9, 0), pos(0, 99)] and never == [] and pauses == []
+    ingest = Ingest([{0: 5}])
+    missing, never = _wait(ingest, Log({0}, [None]), [pos(0, 99)])
+    assert missing == [pos(0, 99)] and never == [] and ingest.now == pytest.approx(5.0)
 
 
-def test_a_stored_position_never_asks_for_the_log_ends():
-    waitable, never, _ = _split([pos(0, 3)], [{0: 5}], [])  # an `ends` call would fail: none scripted
-    assert waitable == [] and never == []
+def test_a_read_stored_within_the_first_wait_never_asks_for_the_log_ends():
+    log = Log({0}, [])  # an `ends` call would fail: none scripted
+    missing, never = _wait(ingest := Ingest([{0: 1}, {0: 3}]), log, [pos(0, 3)])
+    assert missing == [] and never == [] and log.asked == {"lacking": 1, "ends": 0} and ingest.polls == 2
 
 
 def test_the_cli_reads_positions_as_produce_prints_them():
