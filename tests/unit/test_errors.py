@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from functools import cache
 
 import pytest
 
@@ -30,6 +31,7 @@ def _product_modules() -> list[str]:
     return names
 
 
+@cache  # every product module imported once for all the tests here
 def _product_exceptions() -> dict[str, type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
     for name in _product_modules():

@@ -336,6 +336,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(_settings(), start=not args.no_start, mode=Mode(args.mode))
 
 
+def _add_reply_options(p: argparse.ArgumentParser, *, timeout_s: float, reply: str) -> None:
+    """What `ask` and `context` share: how long to wait, how to print, what to read after, the health check."""
+    p.add_argument("--timeout", type=float, default=timeout_s)
+    p.add_argument("--json", action="store_true", help=f"print {reply} as JSON")
+    p.add_argument("--after", action="append", type=_after, metavar="[CONVERSATION@]PARTITION:OFFSET",
+                   help="read only once these positions (as `produce` prints them) are stored (repeatable)")
+    p.add_argument("--no-check", action="store_true", help="skip the health check of Kafka and the answer worker")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="epistream", description="Streaming episodic memory for LLM agents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -365,11 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="auto", choices=["fast", "deep", "agentic", "auto"],
                    help="how to answer (a no-model context read is `epistream context`)")
     p.add_argument("--asked-at", help="ISO-8601 time the question is asked at (default: now)")
-    p.add_argument("--timeout", type=float, default=300.0)
-    p.add_argument("--json", action="store_true", help="print the answer message as JSON")
-    p.add_argument("--after", action="append", type=_after, metavar="[CONVERSATION@]PARTITION:OFFSET",
-                   help="read only once these positions (as `produce` prints them) are stored (repeatable)")
-    p.add_argument("--no-check", action="store_true", help="skip the health check of Kafka and the answer worker")
+    _add_reply_options(p, timeout_s=300.0, reply="the answer message")
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("context", help="the best memory for a question within a token budget (no model call): "
@@ -382,11 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until", help="only memory before this ISO-8601 time")
     p.add_argument("--conversation", action="append", help="restrict to this conversation (repeatable)")
     p.add_argument("--asked-at", help="ISO-8601 time 'last week' etc. are read against (default: now)")
-    p.add_argument("--timeout", type=float, default=30.0)
-    p.add_argument("--json", action="store_true", help="print the MemoryContext message as JSON")
-    p.add_argument("--after", action="append", type=_after, metavar="[CONVERSATION@]PARTITION:OFFSET",
-                   help="read only once these positions (as `produce` prints them) are stored (repeatable)")
-    p.add_argument("--no-check", action="store_true", help="skip the health check of Kafka and the answer worker")
+    _add_reply_options(p, timeout_s=30.0, reply="the MemoryContext message")
     p.set_defaults(func=cmd_context)
 
     p = sub.add_parser("sql", help="psql on the memory database: --tenant T reads T's rows only (epistream_reader), "
