@@ -1,12 +1,14 @@
-"""The answer consumer: `memory.questions` in, `memory.answers` (or the asked reply topic) out.
+"""The answer consumer: `memory.questions` in, replies out (`memory.answers`, or the asked reply topic),
+many questions at once.
 
-A question is answered (an Answer), or, in `context` mode, read (a MemoryContext, no model call).
-Every question ends in exactly one committed transaction: its reply (a failed one when answering
-failed, with the question's dead letter beside it) and the group's offset past it. Only transient
-errors (errors.is_transient: the database or the broker hiccuped) are retried, offset uncommitted;
-anything else, ours or not, is a failed answer plus a dead letter, so no question can stop the worker.
-A crash or a lost partition aborts the open transaction; the next owner answers the question once,
-and read_committed readers never see the aborted answer.
+Each question is read or answered in a slot of its lane (consumers/lanes.py: no-model reads apart from
+model calls), its read-after wait holding none. Its reply (a failed one when answering failed, with its
+dead letter beside it) is published as soon as it is ready, in a transaction that also commits the
+group's offset of its partition: the partition's first question not yet published, the ones past it
+already published named in the commit's metadata (consumers/commit_window.py). A crash or a lost
+partition aborts the open transaction; the next owner starts at the committed offset, skips the
+questions the metadata names, and answers the rest once: a read_committed reader sees every reply
+exactly once, and a read never waits for a model call before it (docs/design.md#the-answer-worker).
 """
 
 from __future__ import annotations
@@ -15,276 +17,232 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
-from epistream.contracts.decoding import decode
-from epistream.contracts.questions import Mode, Question
-from epistream.contracts.replies import Answer, MemoryContext
 from epistream.core import tracing
-from epistream.core.claims import ClaimCheck, header_pairs
+from epistream.core.claims import ClaimCheck
 from epistream.core.metrics import Metrics
-from epistream.core.retry import BLOCKING, retry
-from epistream.errors import PermanentError, is_transient
-from epistream.messaging.dead_letters import DEFAULT_MAX_REQUEST_SIZE, dead_letter, record_size
+from epistream.core.retry import BLOCKING
 from epistream.messaging.kafka_io import (
-    Outgoing,
     PartitionProducers,
     TopicDirectory,
+    create_admin,
     create_consumer,
     publish_transaction,
     report_lag,
+    topic_partitions,
     worker_client_id,
 )
 from epistream.messaging.log_ends import LogEnds
-from epistream.messaging.tenant_topics import check_own_reply_topic, tenant_reply_topic
 from epistream.ops.resources import Resources
 from epistream.settings.processes import Settings
 
-from .answer import answer_question, failed_answer
 from .assistants import AssistantPool
-from .context import failed_context, read_context
+from .commit_window import MAX_SPAN, CommitWindow, decode_done
 from .deps import AnswerDeps
-from .listing import read_listing
-from .packing import render, used_tokens
-from .read_after import read_after
+from .lanes import Lanes
+from .outcome import Outcome, mode_of, outcome_of
 from .retrieval import from_settings
 
 log = logging.getLogger(__name__)
 
-STAGE = "answer"
-
-
-class UnknownReplyTopic(PermanentError):
-    """The question names a reply topic the broker does not have (topics are never auto-created)."""
-
-
-Reply = Answer | MemoryContext
+#: Longest a fetch waits when nothing arrives: how soon a paused partition resumes, or a stop is seen.
+FETCH_WAIT_MS = 100
+#: Most records one fetch returns (the in-flight bound, not this, limits the work taken on).
+FETCH_MAX_RECORDS = 64
+#: Longest a lost partition's transaction in progress is awaited before its producer is closed.
+PUBLISH_GRACE_S = 10.0
 
 
 @dataclass
-class Outcome:
-    """What one question becomes, published in one transaction: its reply, its dead letter if any."""
+class OwnedPartition:
+    """A partition this worker answers: its window of offsets, its transactional producer, the tasks
+    answering its questions, and its one transaction at a time."""
 
-    messages: list[Outgoing] = field(default_factory=list)
-    answer: Reply | None = None
-
-
-async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDirectory, *, claims: ClaimCheck,
-                     give_up: Callable[[], bool]) -> Outcome | None:
-    """Answer one question record, its tenant claim verified by `claims`; None only when a transient
-    failure was still being retried and ``give_up()`` turned true (stopping, or the partition moved):
-    the record stays uncommitted."""
-    settings = deps.settings
-    outcome = Outcome()
-
-    async def letter(key: bytes | None, value: bytes) -> None:
-        outcome.messages.append((settings.topic_dlq, key, value))
-
-    try:
-        with tracing.span("decode question") as decoding:
-            question = decode(record.value, Question, what="memory.questions event")
-            tracing.set_attributes(decoding, {"epistream.question_id": question.question_id,
-                                              "epistream.mode": question.mode.value})
-            tracing.set_text(decoding, "epistream.question", question.question)
-            # A claim not proven gets no answer at all: a failed one would still reach the claimed tenant.
-            claims.verify(question.tenant, record.value or b"", header_pairs(record.headers))
-            fallback = settings.topic_answers
-            if claims.enforced:  # each tenant hears back on its own topic only
-                fallback = tenant_reply_topic(settings.topic_answers, question.tenant)
-                check_own_reply_topic(question.reply_topic, fallback)
-                if not await topics.exists(fallback):
-                    raise UnknownReplyTopic(f"tenant {question.tenant!r} has no reply topic {fallback!r}: "
-                                            "onboard the tenant first")
-    except Exception as exc:  # not a question, not proven its tenant's, or nowhere of its tenant's to reply
-        await dead_letter(letter, deps.metrics, record, stage=STAGE, error=exc)
-        return outcome
-    started = time.perf_counter()
-    destination = fallback
-
-    async def attempt() -> Reply:
-        nonlocal destination
-        destination = fallback
-        if question.reply_topic is not None:
-            if not await topics.exists(question.reply_topic):
-                raise UnknownReplyTopic(f"reply_topic {question.reply_topic!r} does not exist; "
-                                        f"the failed answer went to {fallback}")
-            destination = question.reply_topic
-        # Read-your-own-writes: never read before the asked positions are stored, or say so.
-        incomplete = None if not question.after else await read_after(
-            deps.pool, settings.topic_turns, question.after, timeout_s=settings.read_after_timeout_s,
-            metrics=deps.metrics, log=deps.turns_log)
-        reply: Reply
-        with tracing.span(f"{question.mode.value} question", attributes={"epistream.mode": question.mode.value}):
-            if question.listing is not None:  # one conversation's gists or facts, or refused (consumers/listing.py)
-                reply = await read_listing(question, deps)
-            elif question.mode is Mode.CONTEXT:
-                reply = await read_context(question, deps)
-            else:
-                reply = await answer_question(question, deps)
-        return reply.model_copy(update={"incomplete": incomplete}) if incomplete else reply
-
-    def waiting(exc: BaseException, attempt_no: int, delay: float) -> None:
-        log.warning("question at %s[%d]@%d failed (%s), retry %d in %.1fs", record.topic, record.partition,
-                    record.offset, type(exc).__name__, attempt_no, delay)
-
-    try:
-        reply = await retry(attempt, backoff=BLOCKING, on_retry=waiting, stop=give_up)
-    except Exception as exc:
-        if is_transient(exc):
-            return None  # still retryable: only stopping or losing the partition ends the wait
-        if not isinstance(exc, PermanentError):  # not an expected refusal: keep the traceback for a fix
-            log.exception("question %s failed", question.question_id)
-        reply = failed_reply(question, exc, started)
-        deps.metrics.questions_answered.labels(mode_of(reply), "failed").inc()
-        await dead_letter(letter, deps.metrics, record, stage=STAGE, error=exc)
-    key = question.question_id.encode()
-    fitted = fit_reply(reply, key)
-    outcome.messages.insert(0, (destination, key, fitted.to_bytes()))
-    outcome.answer = reply
-    return outcome
+    window: CommitWindow[Outcome]
+    producer: AIOKafkaProducer
+    answering: set[asyncio.Task[None]] = field(default_factory=set)
+    publishing: asyncio.Task[None] | None = None
 
 
-def failed_reply(question: Question, error: BaseException, started: float) -> Reply:
-    if question.mode is Mode.CONTEXT:
-        return failed_context(question, error, started)
-    return failed_answer(question, error, started)
+class AnswerLoop(ConsumerRebalanceListener):
+    """The consumer, one transactional producer per owned partition, the lanes, the topics directory,
+    and the claim check built once for the worker."""
 
-
-def mode_of(reply: Reply) -> str:
-    return Mode.CONTEXT.value if isinstance(reply, MemoryContext) else reply.mode.value
-
-
-def _shrink_context(context: MemoryContext) -> MemoryContext | None:
-    """A tenth fewer items (at least one), the lowest-ranked first: the reply stays a valid, smaller context."""
-    if not context.items:
-        return None
-    kept = context.items[: max(0, len(context.items) - max(1, len(context.items) // 10))]
-    return context.model_copy(update={"items": kept, "text": render(kept),
-                                      "used_tokens": used_tokens(kept)})
-
-
-def _shrink_answer(answer: Answer) -> Answer | None:
-    """One evidence item fewer, from the end; with none left, the answer's text halved (with a mark)."""
-    if answer.evidence:
-        return answer.model_copy(update={"evidence": answer.evidence[:-1]})
-    if len(answer.answer) > 64:
-        return answer.model_copy(update={"answer": answer.answer[: len(answer.answer) // 2] + " [cut]"})
-    return None
-
-
-def _shrink(reply: Reply) -> Reply | None:
-    return _shrink_context(reply) if isinstance(reply, MemoryContext) else _shrink_answer(reply)
-
-
-def fit_reply(reply: Reply, key: bytes, limit: int = DEFAULT_MAX_REQUEST_SIZE) -> Reply:
-    """The reply as one Kafka message carries it. A reply over the limit would fail its send on every
-    retry, so it is shrunk (its least relevant parts first) until it fits, with a warning of how much went."""
-    def size(candidate: Reply) -> int:
-        return record_size(key, candidate.to_bytes())
-
-    fitted = reply
-    while size(fitted) > limit and (smaller := _shrink(fitted)) is not None:
-        fitted = smaller
-    if fitted is not reply:
-        log.warning("reply to %s was %d bytes, over the %d-byte message limit: cut to %d bytes",
-                    reply.question_id, size(reply), limit, size(fitted))
-    return fitted
-
-
-class AnswerLoop:
-    """The consumer, one transactional producer per owned partition, the topics directory, and the
-    claim check built once for the worker."""
-
-    def __init__(self, deps: AnswerDeps, consumer: AIOKafkaConsumer, stop: asyncio.Event, claims: ClaimCheck) -> None:
+    def __init__(self, deps: AnswerDeps, consumer: AIOKafkaConsumer, admin: AIOKafkaAdminClient, stop: asyncio.Event,
+                 claims: ClaimCheck) -> None:
+        settings = deps.settings
         self.deps = deps
         self.claims = claims
         self.consumer = consumer
+        self.admin = admin
         self.stop = stop
-        self.group = deps.settings.answer_group
-        self.producers = PartitionProducers(deps.settings, self.group)
-        self.topics = TopicDirectory(consumer.topics)
+        self.group = settings.answer_group
+        self.max_in_flight = settings.answer_max_in_flight
+        self.lanes = Lanes(reads=settings.answer_read_concurrency, model=settings.answer_model_concurrency,
+                           metrics=deps.metrics)
+        self.producers = PartitionProducers(settings, self.group)
+
+        async def list_partitions(topic: str) -> list[int]:
+            return (await topic_partitions(admin, [topic])).get(topic, [])
+
+        self.topics = TopicDirectory(consumer.topics, list_partitions=list_partitions)
+        self.owned: dict[TopicPartition, OwnedPartition] = {}
         self.failures: dict[TopicPartition, int] = {}  # consecutive failed publications per partition
+        self.backing_off: dict[TopicPartition, float] = {}  # paused after a failure, until (monotonic)
+
+    # -- the loop: fetch, hand each record to a task, keep the fetching inside the bounds --
 
     async def run(self) -> None:
         try:
             while not self.stop.is_set():
-                batches = await self.consumer.getmany(timeout_ms=500, max_records=8)
-                await self.producers.keep_only(self.consumer.assignment())
+                self._pause_or_resume()
+                batches = await self.consumer.getmany(timeout_ms=FETCH_WAIT_MS, max_records=FETCH_MAX_RECORDS)
                 for tp, records in batches.items():
-                    await self.answer_partition(TopicPartition(tp.topic, tp.partition), records)
+                    await self._take(TopicPartition(tp.topic, tp.partition), records)
         finally:
-            await self.producers.close()
+            await self._close()
 
-    def owns(self, tp: TopicPartition) -> bool:
-        return not self.stop.is_set() and tp in self.consumer.assignment()
+    def _pause_or_resume(self) -> None:
+        """Pause the partitions backing off after a failure, those whose window is full, and every one
+        while the worker holds `answer_max_in_flight` questions; resume the rest. The loop keeps
+        fetching either way, so the worker stays well inside its poll interval."""
+        now = time.monotonic()
+        self.backing_off = {tp: until for tp, until in self.backing_off.items() if until > now}
+        assigned = self.consumer.assignment()
+        full = sum(p.window.in_flight for p in self.owned.values()) >= self.max_in_flight
+        wanted = set(assigned) if full else (
+            set(self.backing_off) | {tp for tp, p in self.owned.items() if p.window.span >= MAX_SPAN})
+        wanted &= assigned
+        paused = self.consumer.paused()
+        if wanted - paused:
+            self.consumer.pause(*(wanted - paused))
+        if (paused & assigned) - wanted:
+            self.consumer.resume(*((paused & assigned) - wanted))
 
-    async def answer_partition(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
-        try:
-            producer, fresh = await self.producers.for_partition(tp)
-            if fresh and not await self._at_committed(tp, records[0].offset):
+    async def _take(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
+        if tp in self.backing_off or tp not in self.consumer.assignment():
+            return  # fetched before a failure moved the position back, or before the partition went
+        owned = self.owned.get(tp)
+        if owned is None:
+            try:
+                owned = await self._own(tp)
+            except Exception as exc:  # the broker is unreachable: nothing was read for good, try again
+                self._back_off(tp, records[0].offset, exc)
                 return
-        except Exception as exc:  # the broker is unreachable: nothing was read for good, try again
-            await self._retry_later(tp, records[0], exc)
-            return
+            if records[0].offset > owned.window.start:  # this consumer is past the commit point: go back
+                log.info("%s: resuming at the committed offset %d, not %d", tp, owned.window.start, records[0].offset)
+                self.consumer.seek(tp, owned.window.start)
+                return
         for record in records:
-            # One record, one process span (the child of the question's send, messaging conventions),
-            # its transaction included.
-            with tracing.span(f"process {record.topic}", kind="consumer", parent=tracing.extract(record.headers),
-                              attributes=tracing.messaging("process", "process", record.topic,
-                                                           partition=record.partition, offset=record.offset,
-                                                           group=self.group)):
-                if not await self._answer(tp, producer, record):
-                    return
+            if owned.window.skips(record.offset):  # published before (the commit's metadata says), or behind
+                owned.window.seen(record.offset)
+                continue
+            owned.window.begin(record.offset)
+            task = asyncio.create_task(self._answer(tp, owned, record), name=f"answer {tp.partition}@{record.offset}")
+            owned.answering.add(task)
+            task.add_done_callback(owned.answering.discard)
 
-    async def _answer(self, tp: TopicPartition, producer: AIOKafkaProducer, record: ConsumerRecord) -> bool:
-        """Answer and publish one record; False when the partition's batch must stop here."""
-        outcome = await outcome_of(record, self.deps, self.topics, claims=self.claims,
-                                   give_up=lambda: not self.owns(tp))
-        if outcome is None:
-            return False
-        try:
-            await publish_transaction(producer, outcome.messages, consumed=tp, next_offset=record.offset + 1,
-                                      group=self.group)
-        except Exception as exc:
-            await self._retry_later(tp, record, exc)
-            return False
-        self.failures.pop(tp, None)
-        if outcome.answer is not None:
-            log.info("answered %s (%s, %.0f ms)", outcome.answer.question_id, mode_of(outcome.answer),
-                     outcome.answer.latency_ms)
-        return True
+    async def _own(self, tp: TopicPartition) -> OwnedPartition:
+        """Start the partition's producer (which settles the previous owner's transaction: fences it,
+        then its commit or abort is final), then read where the partition stands: the committed offset
+        (not before the log's start) and the questions past it already published."""
+        producer, _ = await self.producers.for_partition(tp)
+        committed = (await self.admin.list_consumer_group_offsets(self.group, partitions=[tp])).get(tp)
+        log_start = (await self.consumer.beginning_offsets([tp]))[tp]
+        at = committed.offset if committed is not None and committed.offset >= 0 else log_start
+        done = decode_done(at, committed.metadata if committed is not None else None)
+        owned = OwnedPartition(CommitWindow(max(at, log_start), done), producer)
+        self.owned[tp] = owned
+        return owned
 
-    async def _at_committed(self, tp: TopicPartition, first_offset: int) -> bool:
-        """After a new producer settled the previous owner's transaction: continue if the batch starts
-        at the committed offset, else seek there (the previous owner got further, or never as far)."""
-        committed = await self.consumer.committed(tp)
-        if committed is None or committed == first_offset:
-            return True
-        log.info("%s: resuming at the committed offset %d, not %d", tp, committed, first_offset)
-        self._seek(tp, committed)
-        return False
+    # -- one question: answered in its task, then published with whatever else is ready --
 
-    async def _retry_later(self, tp: TopicPartition, record: ConsumerRecord, exc: Exception) -> None:
-        """The transaction was aborted (fenced by a new owner, a broker hiccup, a topic gone) or the
-        producer could not start: drop it, read the record again after a growing pause (a stop request
-        ends it). A new producer fences any other owner and resumes from the committed offset."""
-        log.warning("publishing %s[%d]@%d failed (%s: %s); it will be read again", tp.topic, tp.partition,
-                    record.offset, type(exc).__name__, exc)
+    async def _answer(self, tp: TopicPartition, owned: OwnedPartition, record: ConsumerRecord) -> None:
+        # One record, one process span (the child of the question's send, messaging conventions).
+        with tracing.span(f"process {record.topic}", kind="consumer", parent=tracing.extract(record.headers),
+                          attributes=tracing.messaging("process", "process", record.topic, partition=record.partition,
+                                                       offset=record.offset, group=self.group)):
+            outcome = await outcome_of(record, self.deps, self.topics, claims=self.claims,
+                                       give_up=lambda: not self._still_owns(tp, owned), slot=self.lanes.slot)
+        if outcome is None or not self._still_owns(tp, owned):
+            return  # stopping, or the partition moved on: its next owner answers the question once
+        owned.window.finish(record.offset, outcome)
+        if owned.publishing is None or owned.publishing.done():
+            owned.publishing = asyncio.create_task(self._publish(tp, owned), name=f"publish {tp.partition}")
+
+    def _still_owns(self, tp: TopicPartition, owned: OwnedPartition) -> bool:
+        return not self.stop.is_set() and self.owned.get(tp) is owned
+
+    async def _publish(self, tp: TopicPartition, owned: OwnedPartition) -> None:
+        """Publish the partition's ready replies, one transaction at a time, each with all that is ready."""
+        while (batch := owned.window.take()) is not None:
+            started = time.perf_counter()
+            try:
+                await publish_transaction(owned.producer, [m for _, o in batch.items for m in o.messages],
+                                          consumed=tp, next_offset=batch.commit_offset, metadata=batch.metadata,
+                                          group=self.group)
+            except Exception as exc:
+                if self.owned.get(tp) is owned:
+                    await self._release(tp, cancel_publishing=False)
+                    self._back_off(tp, owned.window.start, exc)
+                return
+            self.deps.metrics.answer_publish_seconds.observe(time.perf_counter() - started)
+            owned.window.committed(batch)
+            self.failures.pop(tp, None)
+            for _, outcome in batch.items:
+                if outcome.answer is not None:
+                    log.info("answered %s (%s, %.0f ms)", outcome.answer.question_id, mode_of(outcome.answer),
+                             outcome.answer.latency_ms)
+
+    # -- losing a partition, failing, stopping --
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        """Before a rebalance gives partitions away: stop answering them, let a transaction in progress
+        end, close their producers. The next owner's producer fences anything left."""
+        for tp in revoked:
+            await self._release(TopicPartition(tp.topic, tp.partition), cancel_publishing=False)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        """Nothing to do: a partition is taken over at its first record (`_own`)."""
+
+    async def _release(self, tp: TopicPartition, *, cancel_publishing: bool) -> None:
+        owned = self.owned.pop(tp, None)
+        if owned is None:
+            return
+        for task in owned.answering:
+            task.cancel()
+        publishing = owned.publishing
+        if publishing is not None and publishing is not asyncio.current_task() and not publishing.done():
+            if cancel_publishing:
+                publishing.cancel()
+            try:
+                await asyncio.wait_for(asyncio.shield(publishing), timeout=PUBLISH_GRACE_S)
+            except (TimeoutError, asyncio.CancelledError):
+                pass
         await self.producers.drop(tp)
-        self.topics.invalidate()
-        self._seek(tp, record.offset)
-        self.failures[tp] = self.failures.get(tp, 0) + 1
-        try:
-            await asyncio.wait_for(self.stop.wait(), timeout=BLOCKING.delay(self.failures[tp]))
-        except TimeoutError:
-            pass
 
-    def _seek(self, tp: TopicPartition, offset: int) -> None:
-        if self.owns(tp):
+    def _back_off(self, tp: TopicPartition, offset: int, exc: Exception) -> None:
+        """The transaction was aborted (fenced by a new owner, a broker hiccup, a topic gone) or the
+        producer could not start: read the partition again from `offset` after a growing pause. A new
+        producer fences any other owner and resumes from the committed offset."""
+        log.warning("publishing %s[%d] failed (%s: %s); it is read again from %d", tp.topic, tp.partition,
+                    type(exc).__name__, exc, offset)
+        self.topics.invalidate()
+        self.failures[tp] = self.failures.get(tp, 0) + 1
+        self.backing_off[tp] = time.monotonic() + BLOCKING.delay(self.failures[tp])
+        if tp in self.consumer.assignment():
             self.consumer.seek(tp, offset)
+
+    async def _close(self) -> None:
+        """Stopping: cancel what is being answered (uncommitted, it is answered by the next owner), let
+        the transactions in progress end, close the producers."""
+        for tp in list(self.owned):
+            await self._release(tp, cancel_publishing=False)
+        await self.producers.close()
 
 
 async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
@@ -300,26 +258,32 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     claims = ClaimCheck.from_settings(settings)  # once per worker, not per question (as ingest does)
     consumer = create_consumer(
         settings,
-        settings.topic_questions,
         group_id=settings.answer_group,
         client_id=worker_client_id("answer"),
         enable_auto_commit=False,  # offsets are committed inside each question's transaction
         auto_offset_reset="earliest",
         isolation_level="read_committed",
-        # Answering can take a while on a CPU model: do not get kicked from the group.
-        max_poll_interval_ms=600_000,
+        # The loop never waits for an answer (each runs in its own task): the default interval is ample.
+        max_poll_interval_ms=300_000,
         session_timeout_ms=int(settings.kafka_session_timeout_s * 1000),
         heartbeat_interval_ms=int(settings.kafka_heartbeat_interval_s * 1000),
     )
-    await consumer.start()
-    metrics.serve(settings.answer_metrics_port, host=settings.metrics_host)
-    log.info("answer consumer ready; metrics on :%d", settings.answer_metrics_port)
-    lag_task = asyncio.create_task(_report_lag(settings, metrics, stop))
+    admin = create_admin(settings)  # the committed offsets' metadata, the reply topics' partitions
+    loop = AnswerLoop(deps, consumer, admin, stop, claims)
+    consumer.subscribe([settings.topic_questions], listener=loop)
+    lag_task: asyncio.Task[None] | None = None
     try:
-        await AnswerLoop(deps, consumer, stop, claims).run()
+        await admin.start()
+        await consumer.start()
+        metrics.serve(settings.answer_metrics_port, host=settings.metrics_host)
+        log.info("answer consumer ready; metrics on :%d", settings.answer_metrics_port)
+        lag_task = asyncio.create_task(_report_lag(settings, metrics, stop))
+        await loop.run()
     finally:
-        lag_task.cancel()
+        if lag_task is not None:
+            lag_task.cancel()
         await consumer.stop()
+        await admin.close()
         await turns_log.close()
         await shared.close()
 

@@ -17,7 +17,7 @@ tests/unit/test_errors.py checks this drawing against the classes.
     │   ├── SettingsError                 a setting that does not validate; also a ValueError
     │   ├── ClaimRejected                 a tenant claim its sender may not make [epistream.core.claims]
     │   ├── ForeignReplyTopic             a reply topic not the tenant's [epistream.messaging.tenant_topics]
-    │   ├── UnknownReplyTopic             a reply topic that does not exist [epistream.consumers.worker]
+    │   ├── UnknownReplyTopic             a reply topic that does not exist [epistream.consumers.outcome]
     │   ├── EventCursorError              `after` offsets that do not fit the events topic; also a ValueError
     │   │                                 [epistream.client.api]
     │   ├── ToolArgumentError             an agentic tool call's bad argument; also a ValueError

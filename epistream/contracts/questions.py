@@ -33,6 +33,9 @@ CONTEXT_BUDGET_DEFAULT = 1_000
 CONTEXT_BUDGET_MIN = 50
 CONTEXT_BUDGET_MAX = 32_000
 
+#: The highest partition number a question may name for its reply (Kafka topics rarely hold more).
+REPLY_PARTITION_MAX = 9_999
+
 #: The modes that read memory through the budgeted context builder (budget and time range apply).
 CONTEXT_MODES = frozenset({"context", "fast"})
 
@@ -72,6 +75,9 @@ class Question(Contract):
     asked_at: AwareDatetime | None = None
     mode: Mode = Mode.AUTO
     reply_topic: TopicName | None = None
+    #: the reply topic's partition the reply goes to (default: by the question id's hash); a long-lived
+    #: client reads only its own partition (epistream/client/api.py)
+    reply_partition: Annotated[int, Field(ge=0, le=REPLY_PARTITION_MAX)] | None = None
     #: context and fast modes: most tokens of memory (context: CONTEXT_BUDGET_DEFAULT if unset)
     budget_tokens: Budget | None = None
     #: context and fast modes: read only memory of this period

@@ -48,6 +48,9 @@ class Metrics:
     read_after_wait_seconds: Histogram
     reads_incomplete: Counter
     memory_events_published: Counter
+    answer_in_flight: Gauge
+    answer_slot_wait_seconds: Histogram
+    answer_publish_seconds: Histogram
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -197,6 +200,22 @@ class Metrics:
                 "Runs of a periodic task (housekeeping) that failed and were skipped, by task and error class.",
                 ["task", "error_class"],
                 registry=reg,
+            ),
+            answer_in_flight=Gauge(
+                "epistream_answer_questions_in_flight",
+                "Questions an answer worker is reading or answering now, by lane (read: no model call; model).",
+                ["lane"], registry=reg,
+            ),
+            answer_slot_wait_seconds=Histogram(
+                "epistream_answer_slot_wait_seconds",
+                "How long questions waited for a slot of their lane (EPISTREAM_ANSWER_READ_CONCURRENCY, "
+                "EPISTREAM_ANSWER_MODEL_CONCURRENCY).",
+                ["lane"], buckets=_FAST, registry=reg,
+            ),
+            answer_publish_seconds=Histogram(
+                "epistream_answer_publish_seconds",
+                "How long one transaction of replies and the group's offset took to commit.",
+                buckets=_FAST, registry=reg,
             ),
             read_after_wait_seconds=Histogram(
                 "epistream_answer_read_after_wait_seconds",

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Required, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, Required, TypedDict
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -252,44 +253,67 @@ class PartitionProducers:
         await self.keep_only(set())
 
 
-#: One message of a transaction: its topic, key and value.
-Outgoing = tuple[str, bytes | None, bytes]
+class Outgoing(NamedTuple):
+    """One message of a transaction: its topic, key and value, and its partition (None: by the key's hash)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    partition: int | None = None
 
 
 async def publish_transaction(producer: AIOKafkaProducer, messages: list[Outgoing], *, consumed: TopicPartition,
-                              next_offset: int, group: str) -> None:
-    """Send ``messages`` and commit ``group``'s offset of ``consumed`` as one transaction: all of it or none.
+                              next_offset: int, group: str, metadata: str = "") -> None:
+    """Send ``messages`` and commit ``group``'s offset of ``consumed`` (with its ``metadata``) as one
+    transaction: all of it or none.
 
     Any failure aborts (when the producer still can) and raises; the caller discards the producer and
     reads the record again from the committed offset."""
     async with producer.transaction():
-        for topic, key, value in messages:
-            await producer.send_and_wait(topic, key=key, value=value)
-        await producer.send_offsets_to_transaction({consumed: next_offset}, group)
+        # All sent before any is awaited: one round trip for the batch, not one per message.
+        sent = [await producer.send(m.topic, key=m.key, value=m.value, partition=m.partition) for m in messages]
+        await asyncio.gather(*sent)
+        await producer.send_offsets_to_transaction({consumed: (next_offset, metadata)}, group)
 
 
 class TopicDirectory:
-    """Which topics exist, from the broker's metadata, cached for ``max_age_s``; a name not in the
-    cache always refreshes it (a reply topic created a moment ago is found; a miss is rare: a dead letter)."""
+    """Which topics exist (and, given `list_partitions`, which partitions each has), from the broker's
+    metadata, cached for ``max_age_s``; a name or partition not in the cache always refreshes it (a reply
+    topic created a moment ago is found; a miss is rare: a dead letter)."""
 
     def __init__(self, list_topics: Callable[[], Awaitable[set[str]]], *, max_age_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 list_partitions: Callable[[str], Awaitable[Collection[int]]] | None = None) -> None:
         self._list_topics = list_topics
+        self._list_partitions = list_partitions
         self._max_age_s = max_age_s
         self._clock = clock
         self._known: set[str] = set()
         self._refreshed_at: float | None = None
+        self._partitions: dict[str, tuple[float, frozenset[int]]] = {}
+
+    def _fresh(self, at: float | None) -> bool:
+        return at is not None and self._clock() - at < self._max_age_s
 
     async def exists(self, name: str) -> bool:
-        fresh = self._refreshed_at is not None and self._clock() - self._refreshed_at < self._max_age_s
-        if not (fresh and name in self._known):
+        if not (self._fresh(self._refreshed_at) and name in self._known):
             self._known = set(await self._list_topics())
             self._refreshed_at = self._clock()
         return name in self._known
 
+    async def has_partition(self, name: str, partition: int) -> bool:
+        """Whether topic `name` has `partition` (needs `list_partitions`)."""
+        assert self._list_partitions is not None, "a TopicDirectory built without list_partitions"
+        at, known = self._partitions.get(name, (None, frozenset()))
+        if not (self._fresh(at) and partition in known):
+            known = frozenset(await self._list_partitions(name))
+            self._partitions[name] = (self._clock(), known)
+        return partition in known
+
     def invalidate(self) -> None:
         """Forget what is known (a send failed: the topic may be gone)."""
         self._refreshed_at = None
+        self._partitions.clear()
 
 
 async def partitions_of(settings: ClientSettings, topic: str) -> list[int]:

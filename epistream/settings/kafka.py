@@ -87,4 +87,8 @@ class KafkaSettings(BaseSettings):
     )
     # 6: one, two or three ingest workers share them evenly (with 4, Faust gave a third worker none).
     turns_partitions: int = Field(6, description="Partitions of memory.turns (keyed by conversation).")
-    questions_partitions: int = Field(2, description="Partitions of memory.questions and memory.answers.")
+    questions_partitions: int = Field(
+        12, ge=1,
+        description="Partitions of memory.questions and memory.answers: up to this many answer workers share the "
+        "questions (12 divides evenly among 1, 2, 3, 4 or 6 workers; docs/design.md#the-answer-worker).",
+    )

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 
-from epistream.consumers import worker
+from epistream.consumers import outcome as worker
 from epistream.contracts.dead_letters import DeadLetter
 from epistream.contracts.questions import Mode, Question
 from epistream.contracts.replies import Answer
@@ -51,7 +51,7 @@ def test_an_unexpected_error_is_a_failed_answer_and_a_dead_letter(monkeypatch):
         raise KeyError("a bug")
 
     outcome = _run(_record(_question()), monkeypatch, broken)
-    (answer_topic, key, value), (dlq_topic, _, letter) = outcome.messages
+    (answer_topic, key, value, _), (dlq_topic, _, letter, _) = outcome.messages
     answer = Answer.from_bytes(value)
     assert (answer_topic, key, dlq_topic) == (SETTINGS.topic_answers, b"q1", SETTINGS.topic_dlq)
     assert answer.abstained and answer.error.startswith("KeyError") and "failed" in answer.answer
@@ -60,7 +60,7 @@ def test_an_unexpected_error_is_a_failed_answer_and_a_dead_letter(monkeypatch):
 
 def test_an_undecodable_question_is_only_dead_lettered(monkeypatch):
     outcome = _run(_record(b"[" * 100_000), monkeypatch, None)
-    assert [topic for topic, _, _ in outcome.messages] == [SETTINGS.topic_dlq] and outcome.answer is None
+    assert [m.topic for m in outcome.messages] == [SETTINGS.topic_dlq] and outcome.answer is None
 
 
 def test_an_unknown_reply_topic_fails_to_the_default_topic_without_answering(monkeypatch):
@@ -68,7 +68,7 @@ def test_an_unknown_reply_topic_fails_to_the_default_topic_without_answering(mon
         raise AssertionError("answered a question whose reply topic is unknown")
 
     outcome = _run(_record(_question(reply_topic="nobody.listens")), monkeypatch, never)
-    (answer_topic, _, value), (_, _, letter) = outcome.messages
+    (answer_topic, _, value, _), (_, _, letter, _) = outcome.messages
     assert answer_topic == SETTINGS.topic_answers and Answer.from_bytes(value).error.startswith("UnknownReplyTopic")
     assert DeadLetter.model_validate_json(letter).error_class == "UnknownReplyTopic"
 
@@ -78,7 +78,7 @@ def test_a_known_reply_topic_gets_the_answer(monkeypatch):
         return worker.failed_answer(question, RuntimeError("stand-in answer"), 0.0)
 
     outcome = _run(_record(_question(reply_topic="eval.replies")), monkeypatch, fine, topics=_topics("eval.replies"))
-    assert [topic for topic, _, _ in outcome.messages] == ["eval.replies"]
+    assert [m.topic for m in outcome.messages] == ["eval.replies"]
 
 
 def test_a_transient_error_given_up_on_leaves_the_question_for_the_next_owner(monkeypatch):
@@ -121,7 +121,7 @@ def test_an_answer_over_the_message_limit_is_sent_with_the_evidence_that_fits(mo
             update={"answer": "Lisbon.", "error": None, "abstained": False, "evidence": evidence})
 
     outcome = _run(_record(_question()), monkeypatch, verbose)
-    ((topic, key, value),) = outcome.messages
+    ((topic, key, value, _),) = outcome.messages
     answer = Answer.from_bytes(value)
     assert topic == SETTINGS.topic_answers and len(value) < 1_000_000
     assert answer.answer == "Lisbon." and [e.turn_ids for e in answer.evidence] == [["t0"], ["t1"], ["t2"]]

@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
+from epistream.consumers.outcome import fit_reply
 from epistream.consumers.packing import (
     SEPARATOR_TOKENS,
     fact_candidate,
@@ -22,7 +23,6 @@ from epistream.consumers.packing import (
 )
 from epistream.consumers.retrieval import CONTEXT_READ, FUSED_TURNS, NamedFact, NearGist, RetrievedTurn
 from epistream.consumers.timefilter import asks_about_past, find_period, question_periods, understand
-from epistream.consumers.worker import fit_reply
 from epistream.contracts.decoding import decode
 from epistream.contracts.questions import Mode, Question, TimeRange
 from epistream.contracts.replies import Answer, MemoryContext
