@@ -10,11 +10,8 @@ import asyncio
 import json
 import os
 import signal
-import sys
 import threading
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import psycopg
@@ -22,22 +19,16 @@ import pytest
 from psycopg import sql
 
 from epistream.client.api import produce_raw
-from epistream.contracts.dead_letters import DeadLetter
 from epistream.contracts.questions import Mode, Question
-from epistream.contracts.replies import Answer
-from epistream.infra.process import ManagedProcess, pid_alive, wait_until
+from epistream.infra.process import ManagedProcess, pid_alive
 from epistream.messaging.kafka_io import create_consumer
-from epistream.messaging.topics import ensure_topics
-from epistream.ops.readiness import port_open
 from epistream.settings.processes import Settings
-from epistream.storage.db import APP_ROLE, admin_database_url, database_url, on_database
-from epistream.testing.scripted_llm import ScriptedLLM
+from epistream.storage.db import APP_ROLE, admin_database_url
 
-from .conftest import drop_database, own_database, read_topic
+from .answer_env import AnswerEnv, scripted_answer_env
 
 pytestmark = pytest.mark.integration
 
-BASE_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) + 20  # beside the test stack's ports
 # The master calls a tool that reads the turns (see the tests for what it meets there).
 TRAP = "TOOL-TRAP"
 SLOW = "SLOW-QUESTION"  # the first master call for it blocks until the test releases it
@@ -63,57 +54,10 @@ class Master:
         return 200, json.dumps({"tool": "output_answer", "arguments": {"answer": "", "abstain": True}})
 
 
-@dataclass
-class AnswerEnv:
-    settings: Settings
-    env: dict[str, str]
-    master: Master
-    suffix: str
-
-    def spawn(self, n: int) -> ManagedProcess:
-        port = BASE_PORT + n
-        process = ManagedProcess(f"worker-answer-scripted-{self.suffix}-{n}", self.settings.state_dir)
-        process.spawn([sys.executable, "-P", "-m", "epistream.apps.cli.main", "worker", "answer"],
-                      env=self.env | {"EPISTREAM_ANSWER_METRICS_PORT": str(port)})
-        wait_until(lambda: port_open("127.0.0.1", port), timeout=90, what="scripted answer worker",
-                   log_file=process.log_file)
-        return process
-
-    def ask(self, question: Question) -> None:
-        asyncio.run(produce_raw(self.settings, [(question.question_id.encode(), question.to_bytes())],
-                                topic=self.settings.topic_questions))
-
-    def answers(self, question_id: str, *, topic: str | None = None, want: int = 1, timeout: float = 90) -> list[Answer]:
-        found = asyncio.run(read_topic(self.settings, topic or self.settings.topic_answers,
-                                       lambda k, v: k == question_id.encode(), want=want, timeout=timeout))
-        return [Answer.from_bytes(r.value) for r in found]
-
-    def letters(self, question_id: str, *, timeout: float = 60) -> list[DeadLetter]:
-        found = asyncio.run(read_topic(self.settings, self.settings.topic_dlq,
-                                       lambda k, v: k == question_id.encode(), timeout=timeout))
-        return [DeadLetter.model_validate_json(r.value) for r in found]
-
-
 @pytest.fixture(scope="module")
 def answer_env(kafka) -> Iterator[AnswerEnv]:
-    suffix = uuid.uuid4().hex[:8]
-    url = own_database(kafka, f"answers_{suffix}")
-    master = Master()
-    with ScriptedLLM(master) as server:
-        overrides = {
-            "topic_turns": f"answers-{suffix}.turns", "topic_segments": f"answers-{suffix}.segments",
-            "topic_questions": f"answers-{suffix}.questions", "topic_answers": f"answers-{suffix}.answers",
-            "topic_dlq": f"answers-{suffix}.dlq", "answer_group": f"answers-{suffix}", "questions_partitions": 1,
-            "llm_base_url": server.base_url, "assistant_base_urls": server.base_url, "llm_max_retries": 0,
-        }
-        settings = on_database(kafka.with_overrides(**overrides), url)
-        asyncio.run(ensure_topics(settings))
-        env = dict(os.environ) | {f"EPISTREAM_{k.upper()}": str(v) for k, v in overrides.items()} | {
-            "EPISTREAM_DATABASE_URL": database_url(settings), "EPISTREAM_DATABASE_ADMIN_URL": url}
-        try:
-            yield AnswerEnv(settings, env, master, suffix)
-        finally:
-            drop_database(kafka, f"answers_{suffix}")
+    with scripted_answer_env(kafka, Master(), "answers", partitions=1) as env:
+        yield env
 
 
 @pytest.fixture(scope="module")
