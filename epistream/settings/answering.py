@@ -30,7 +30,8 @@ class AnswerSettings(BaseSettings):
         "Each deep question fans out to EPISTREAM_ASSISTANT_CONCURRENCY assistant calls of its own.",
     )
     answer_max_in_flight: int = Field(
-        256, ge=1, le=10_000,
+        1_000, ge=1, le=10_000,
         description="Questions one answer worker holds read and not yet published (waiting for their positions, "
-        "for a slot, or answering); past it the worker stops fetching until some are published.",
+        "for a slot, or answering): a memory bound, far above what the lanes answer at once, so a backlog of "
+        "model questions leaves room for reads; past it the worker stops fetching until some are published.",
     )
