@@ -454,14 +454,14 @@ class MemoEmbedder:
 
 @dataclass(frozen=True)
 class _RouterDeps:
-    pool: AsyncConnectionPool
+    read_pool: AsyncConnectionPool
     recipes: Recipes
     metrics: Metrics
 
 
 @dataclass(frozen=True)
 class _WindowDeps:
-    pool: AsyncConnectionPool
+    read_pool: AsyncConnectionPool
     embedder: MemoEmbedder
     recipes: Recipes
     metrics: Metrics
@@ -492,7 +492,7 @@ class DeepWindows:
 
 @dataclass(frozen=True)
 class _ContextDeps:
-    pool: AsyncConnectionPool
+    read_pool: AsyncConnectionPool
     embedder: MemoEmbedder
     recipes: Recipes
 

@@ -22,7 +22,7 @@ from .retrieval.speakers import named_speakers, without_names
 
 class SearchDeps(Protocol):
     @property
-    def pool(self) -> AsyncConnectionPool: ...
+    def read_pool(self) -> AsyncConnectionPool: ...  # a standby's, or the primary's (AnswerDeps.read_pool)
     @property
     def embedder(self) -> Embedder: ...
 

@@ -170,7 +170,7 @@ async def _candidates(deps: ContextDeps, question: Question, *, when: QuestionTi
     first_day, last_day = asked.days
     about = when.said_about()
     in_period = None if about is None else asked.meet(about)
-    async with deps.pool.connection() as conn, tenant_scope(conn, tenant):
+    async with deps.read_pool.connection() as conn, tenant_scope(conn, tenant):
         found = await best_turns(conn, deps.embedder, tenant=tenant, question=question.question,
                                  conversation_ids=conversation_ids, recipe=recipe, start=asked.start, end=asked.end)
         turns, vector = list(found.turns), found.vector

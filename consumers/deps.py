@@ -19,12 +19,16 @@ from .retrieval import Recipes
 @dataclass(frozen=True)
 class AnswerDeps:
     settings: Settings
+    #: The primary. Nothing on the answer side writes today; every read below uses `read_pool`.
     pool: AsyncConnectionPool
     embedder: Embedder
     master: ModelClient
     metrics: Metrics
     assistants: AssistantPool
     recipes: Recipes
+    #: Where every read of answering goes, the read-after marks included (Resources.read_pool: a hot
+    #: standby's pool, or `pool` itself): the marks and the memory then come from the same server.
+    read_pool: AsyncConnectionPool
     #: Where the turns topic's log ends (a read-after names positions never produced at once); None: not asked.
     turns_log: TurnsLog | None = None
 

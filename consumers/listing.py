@@ -80,7 +80,7 @@ async def read_listing(question: Question, deps: MetricDeps) -> MemoryContext:
     conversation = check_listing(question)
     budget = question.budget_tokens or CONTEXT_BUDGET_DEFAULT
     params: dict[str, Any] = {"tenant": question.tenant, "conversation": conversation, "limit": LISTING_ROWS}
-    async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
+    async with deps.read_pool.connection() as conn, tenant_scope(conn, question.tenant):
         candidates = await _listed(conn, question.listing, params)
     packed = pack(candidates, budget)
     reply = MemoryContext(

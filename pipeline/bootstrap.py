@@ -49,7 +49,8 @@ class WorkerResources(Service):
         """What the worker builds on the shared clients, before its metrics are served (nothing here)."""
 
     async def on_start(self) -> None:
-        self.shared = await Resources.open(self.settings, self.metrics)
+        # The pipeline reads what it just wrote (segmenter state, entities to merge): the primary only.
+        self.shared = await Resources.open(self.settings, self.metrics, standby_reads=False)
         # Before the agents read a record: what was forgotten stays so in a database rebuilt from Kafka.
         await erasure.catch_up(self.settings, self.shared.pool)
         await self.opened(self.shared)

@@ -33,7 +33,7 @@ WARM_UP = 5
 class Deps:
     """What build_context reads with: a pool, the embedder, the recipes."""
 
-    pool: AsyncConnectionPool
+    read_pool: AsyncConnectionPool
     embedder: Embedder
     recipes: Recipes
 

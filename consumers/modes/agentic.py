@@ -120,7 +120,7 @@ async def answer_agentic(question: Question, deps: AnswerDeps) -> ModeResult:
             if call.tool == "output_answer":
                 final = _final_answer(call.arguments)
                 break
-            async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
+            async with deps.read_pool.connection() as conn, tenant_scope(conn, question.tenant):
                 result = await run_tool(conn, call.tool, call.arguments, tenant=question.tenant,
                                         embedder=deps.embedder, conversation_ids=question.conversation_ids,
                                         asked_at=asked)

@@ -53,7 +53,7 @@ async def read_windows(deps: AnswerDeps, question: Question, when: QuestionTime 
     recipe = deps.recipes.windows
     turns_recipe = replace(deps.recipes.turns, top_k=recipe.seeds, pool=max(deps.recipes.turns.pool, recipe.seeds))
     window = window_for(when or QuestionTime.of(question))
-    async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
+    async with deps.read_pool.connection() as conn, tenant_scope(conn, question.tenant):
         found = await best_turns(conn, deps.embedder, tenant=question.tenant, question=question.question,
                                  conversation_ids=question.conversation_ids, recipe=turns_recipe)
         seeds = found.turns
@@ -72,7 +72,7 @@ async def route_question(deps: AnswerDeps, question: Question, vector: np.ndarra
     """The router's segments: those it finds within the question's period first, then the others it finds
     in the whole memory, as many as its recipe reads."""
     window = window_for(when or QuestionTime.of(question))
-    async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
+    async with deps.read_pool.connection() as conn, tenant_scope(conn, question.tenant):
         routed = await route(conn, tenant=question.tenant, question=question.question, vector=vector,
                              conversation_ids=question.conversation_ids, recipe=deps.recipes.router)
         if window is not None:
@@ -111,7 +111,7 @@ async def routed_segments(deps: AnswerDeps, question: Question, when: QuestionTi
     """E-mem's reading: the router's segments, whole."""
     vector = await asyncio.to_thread(deps.embedder.embed_query, question.question)
     routed = await route_question(deps, question, vector, when)
-    async with deps.pool.connection() as conn, tenant_scope(conn, question.tenant):
+    async with deps.read_pool.connection() as conn, tenant_scope(conn, question.tenant):
         return await load_segments(conn, question.tenant, routed)
 
 

@@ -1,5 +1,6 @@
 """The composition root: every process builds its shared clients here, from its settings, and
-passes them down. `Resources` opens the Postgres pool and the embedder and hands out model clients;
+passes them down. `Resources` opens the Postgres pools (the primary's, and the read pool: a hot
+standby's when one is configured) and the embedder and hands out model clients;
 `model_client` decides a role's endpoint, model, timeout, retries and restart wait in one place.
 (The Kafka producer is `epistream.messaging.kafka_io.create_producer`: Faust builds the indexer's own.)"""
 
@@ -15,7 +16,7 @@ from epistream.models.embeddings import Embedder
 from epistream.models.llm import ModelClient, create_client
 from epistream.settings.models import JsonMode
 from epistream.settings.processes import Settings
-from epistream.storage.db import open_pool
+from epistream.storage.db import open_pool, read_database_url
 
 Role = Literal["master", "extractor", "assistant", "judge"]
 
@@ -56,18 +57,30 @@ def model_client(
 
 @dataclass
 class Resources:
-    """What a worker process shares between its stages: one pool, one embedder, one metrics registry.
+    """What a worker process shares between its stages: the pools, one embedder, one metrics registry.
     Built once in the process's entry point (`open`), closed once at its end (`close`)."""
 
     settings: Settings
     metrics: Metrics
     pool: AsyncConnectionPool
     embedder: Embedder
+    #: Where the process's reads go: a pool on the hot standby EPISTREAM_DATABASE_READ_URL names, else
+    #: `pool` itself. Read-your-own-writes holds on it: the ingest watermark replicates in the transaction
+    #: of its turns, so a mark read there promises those turns there (docs/read-your-writes.md).
+    read_pool: AsyncConnectionPool
 
     @classmethod
-    async def open(cls, settings: Settings, metrics: Metrics | None = None) -> Resources:
+    async def open(cls, settings: Settings, metrics: Metrics | None = None, *, standby_reads: bool = True) -> Resources:
+        """`standby_reads=False`: a process whose reads must see its own writes at once (the pipeline's
+        workers) reads from the primary even when a standby is configured."""
         pool = await open_pool(settings)
-        return cls(settings, metrics or Metrics.create(), pool, Embedder.from_settings(settings))
+        read_url = read_database_url(settings) if standby_reads else None
+        try:
+            read_pool = await open_pool(settings, url=read_url, name="epistream-reads") if read_url else pool
+        except BaseException:
+            await pool.close()
+            raise
+        return cls(settings, metrics or Metrics.create(), pool, Embedder.from_settings(settings), read_pool)
 
     def model(self, role: Role, **overrides: Unpack[ModelOverrides]) -> ModelClient:
         return model_client(self.settings, role, self.metrics, **overrides)
@@ -77,4 +90,6 @@ class Resources:
         return [self.model("assistant", base_url=url) for url in self.settings.assistant_urls]
 
     async def close(self) -> None:
+        if self.read_pool is not self.pool:
+            await self.read_pool.close()
         await self.pool.close()

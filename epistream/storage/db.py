@@ -76,6 +76,11 @@ def database_url(settings: Settings) -> str:
     return login_as(_embedded_uri(settings), WORKER_ROLE)
 
 
+def read_database_url(settings: Settings) -> str | None:
+    """The workers' login to the hot standby reads go to (EPISTREAM_DATABASE_READ_URL); None: the primary."""
+    return settings.database_read_url.get_secret_value() if settings.database_read_url is not None else None
+
+
 def admin_database_url(settings: Settings) -> str:
     """The login that migrates and administers: the configured one, else the embedded superuser."""
     if settings.database_admin_url is not None:
@@ -158,9 +163,9 @@ async def tenant_scope(conn: psycopg.AsyncConnection, tenant: str) -> AsyncItera
         yield conn
 
 
-def create_pool(settings: Settings, *, url: str | None = None) -> AsyncConnectionPool:
+def create_pool(settings: Settings, *, url: str | None = None, name: str = "epistream") -> AsyncConnectionPool:
     """A closed pool of worker logins (`url`, else `database_url`); open it with `open_pool`, or with
-    ``await pool.open(wait=True)`` inside the event loop."""
+    ``await pool.open(wait=True)`` inside the event loop. `name` tells its log lines apart."""
     return AsyncConnectionPool(
         url or database_url(settings),
         min_size=settings.db_pool_min,
@@ -172,17 +177,18 @@ def create_pool(settings: Settings, *, url: str | None = None) -> AsyncConnectio
         check=AsyncConnectionPool.check_connection,
         timeout=30.0,
         open=False,
-        name="epistream",
+        name=name,
     )
 
 
-async def open_pool(settings: Settings, *, url: str | None = None) -> AsyncConnectionPool:
-    """An open pool of worker logins. A privileged login is refused here, with the reason, before the
-    pool would retry it until its timeout."""
+async def open_pool(settings: Settings, *, url: str | None = None, name: str = "epistream") -> AsyncConnectionPool:
+    """An open pool of worker logins (`url`, else `database_url`): the same per-connection setup on a
+    primary or a standby. A privileged login is refused here, with the reason, before the pool would retry
+    it until its timeout."""
     url = url or database_url(settings)
     async with await psycopg.AsyncConnection.connect(url, connect_timeout=10) as conn:
         await _refuse_privileged(conn)
-    pool = create_pool(settings, url=url)
+    pool = create_pool(settings, url=url, name=name)
     await pool.open(wait=True)
     return pool
 

@@ -41,7 +41,7 @@ ASKED = datetime(2024, 3, 27, 12, 0, tzinfo=UTC)  # a Wednesday; the seeded turn
 
 @dataclass(frozen=True)
 class Deps:
-    pool: AsyncConnectionPool
+    read_pool: AsyncConnectionPool
     embedder: Embedder
     recipes: Recipes
 
@@ -189,7 +189,7 @@ def test_fast_mode_puts_the_same_budgeted_context_before_its_master(postgres, me
                 client = ModelClient(create_client(postgres, base_url=server.base_url, timeout_s=30), role="master",
                                      model="scripted", json_mode=postgres.llm_json_mode, metrics=Metrics.create(),
                                      max_retries=0, backoff_s=0.01)
-                deps = SimpleNamespace(settings=postgres, pool=pool, embedder=embedder, recipes=Recipes(),
+                deps = SimpleNamespace(settings=postgres, read_pool=pool, embedder=embedder, recipes=Recipes(),
                                        master=client)
                 result = await answer_fast(question, deps)
                 expected = await build_context(question, deps, CONTEXT_READ)  # its own budget: 300

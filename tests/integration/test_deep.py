@@ -149,7 +149,7 @@ def _deps(postgres, assistant_urls: list[str], master_url: str, reads: str = "wi
     pool = create_pool(postgres)
     assistants = AssistantPool([client(u, "assistant") for u in assistant_urls], concurrency=2, max_tokens=100)
     return AnswerDeps(postgres, pool, Embedder.from_settings(postgres), client(master_url, "master"), metrics,
-                      assistants, recipes), metrics
+                      assistants, recipes, read_pool=pool), metrics
 
 
 def _ask(deps: AnswerDeps, question: Question):

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 @dataclass(frozen=True)
 class Deps:
-    pool: AsyncConnectionPool
+    read_pool: AsyncConnectionPool
     embedder: Embedder
     recipes: Recipes
     metrics: Metrics

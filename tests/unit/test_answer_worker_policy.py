@@ -139,7 +139,8 @@ def test_an_answer_read_after_positions_not_stored_in_time_says_it_is_incomplete
         return worker.failed_answer(question, RuntimeError("stand-in answer"), 0.0)
 
     monkeypatch.setattr(worker, "read_after", gave_up)
-    deps = SimpleNamespace(settings=SETTINGS, metrics=Metrics.create(), pool=None, turns_log=None)
+    deps = SimpleNamespace(settings=SETTINGS, metrics=Metrics.create(), pool=None, read_pool=None,
+                           turns_log=None)
     monkeypatch.setattr(worker, "answer_question", fine)
     record = _record(_question(after=[{"conversation_id": "c", "partition": 0, "offset": 9}]))
     outcome = asyncio.run(worker.outcome_of(record, deps, _topics(), claims=ClaimCheck.from_settings(SETTINGS),

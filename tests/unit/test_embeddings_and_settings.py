@@ -68,6 +68,10 @@ def test_lists_and_choices_are_parsed_and_checked_at_start_up(monkeypatch):
     ("EPISTREAM_ROUTER_WEIGHTS", "0,0,0"),
     ("EPISTREAM_ASSISTANT_BASE_URLS", "http://a:8000/v1,b:8000"),
     ("EPISTREAM_LLM_BASE_URL", "localhost:8080"),
+    # Several servers: the read-after mark and the read could come from two standbys (docs/operations.md).
+    ("EPISTREAM_DATABASE_READ_URL", "postgresql://epistream_worker@standby-1,standby-2/epistream"),
+    ("EPISTREAM_DATABASE_READ_URL", "host=standby-1 hostaddr=10.0.0.1,10.0.0.2 dbname=epistream"),
+    ("EPISTREAM_DATABASE_READ_URL", "standby-1:5432"),  # not a connection string
 ])
 def test_a_bad_setting_fails_at_start_up_naming_its_variable(monkeypatch, variable, value):
     monkeypatch.setenv(variable, value)

@@ -96,8 +96,8 @@ def test_resources_catch_up_on_erasures_before_the_worker_builds_on_them_and_ser
         async def close(self) -> None:
             steps.append("closed")
 
-    async def open_shared(settings: Settings, metrics: Metrics) -> Shared:
-        steps.append("open")
+    async def open_shared(settings: Settings, metrics: Metrics, *, standby_reads: bool = True) -> Shared:
+        steps.append("open" if not standby_reads else "open with standby reads")
         return Shared()
 
     async def catch_up(settings: Settings, pool: object) -> None:
