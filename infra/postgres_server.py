@@ -29,6 +29,8 @@ class PostgresLaunch:
     user: str | None  # the system user the server runs as (PostgreSQL refuses root)
     socket_dir: Path
     pgdata: Path
+    #: The settings given on its command line (`-c name=value`): a standby of it runs with the same.
+    options: dict[str, str]
 
     def uri(self, database: str) -> str:
         return f"postgresql://postgres:@/{database}?host={self.socket_dir}"
@@ -38,7 +40,7 @@ def pgdata_dir(settings: Settings) -> Path:
     return settings.state_dir / "pgdata"
 
 
-def _bin_dir() -> Path:
+def bin_dir() -> Path:
     from pgserver._commands import POSTGRES_BIN_PATH
 
     return Path(POSTGRES_BIN_PATH)
@@ -76,7 +78,7 @@ def stop_unsupervised(pgdata: Path) -> bool:
     return True
 
 
-def _socket_dir(pgdata: Path) -> Path:
+def socket_dir_for(pgdata: Path) -> Path:
     from pgserver.postgres_server import PostgresServer
     from pgserver.utils import find_suitable_socket_dir
 
@@ -92,15 +94,17 @@ def prepare_postgres(settings: Settings) -> PostgresLaunch:
     if not (pgdata / "PG_VERSION").exists():
         pgdata.mkdir(parents=True, exist_ok=True)
         _initialise(pgdata)
-    bin_dir = _bin_dir()
-    lib_dir = bin_dir.parent / "lib" / "postgresql"
+    binaries = bin_dir()
+    lib_dir = binaries.parent / "lib" / "postgresql"
     preload = [name for name in PRELOAD if any(lib_dir.glob(f"{name}.*"))]
-    socket_dir = _socket_dir(pgdata)
-    argv = [str(bin_dir / "postgres"), "-D", str(pgdata), "-h", "", "-k", str(socket_dir),
-            "-c", f"shared_buffers={settings.pg_shared_buffers}"]
+    socket_dir = socket_dir_for(pgdata)
+    options = {"shared_buffers": settings.pg_shared_buffers}
     if preload:
-        argv += ["-c", f"shared_preload_libraries={','.join(preload)}"]
-    return PostgresLaunch(argv=argv, user=_system_user(), socket_dir=socket_dir, pgdata=pgdata)
+        options["shared_preload_libraries"] = ",".join(preload)
+    argv = [str(binaries / "postgres"), "-D", str(pgdata), "-h", "", "-k", str(socket_dir)]
+    for name, value in options.items():
+        argv += ["-c", f"{name}={value}"]
+    return PostgresLaunch(argv=argv, user=_system_user(), socket_dir=socket_dir, pgdata=pgdata, options=options)
 
 
 def postgres_ready(launch: PostgresLaunch) -> bool:

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,11 +43,12 @@ class Deployment:
         """The owner's login to this deployment's database, for the test's own inspection."""
         return admin_database_url(self.settings)
 
-    def run(self, worker: str, port: int, *, cwd: Path | None = None) -> ManagedProcess:
-        """`epistream worker <worker>` as the embedded stack starts it (from `cwd`), waited for until its
-        /metrics answers."""
+    def run(self, worker: str, port: int, *, cwd: Path | None = None, env: Mapping[str, str] | None = None
+            ) -> ManagedProcess:
+        """`epistream worker <worker>` as the embedded stack starts it (from `cwd`, with `env` added to the
+        deployment's), waited for until its /metrics answers."""
         process = ManagedProcess(f"worker-{worker}-{self.name}", self.settings.state_dir)
-        process.spawn(worker_argv(worker), env=self.env | {PORT_OF[worker]: str(port)}, cwd=cwd)
+        process.spawn(worker_argv(worker), env=self.env | dict(env or {}) | {PORT_OF[worker]: str(port)}, cwd=cwd)
         wait_until(lambda: port_open("127.0.0.1", port), timeout=120, what=f"{worker} worker",
                    log_file=process.log_file)
         return process

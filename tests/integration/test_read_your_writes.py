@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 
@@ -28,6 +28,7 @@ from epistream.infra.process import ManagedProcess
 from epistream.infra.stack import worker_argv
 
 from .conftest import wait_for
+from .recall import holds, own_turn, recall, recall_now
 from .scripted_worker import PORT_OFFSET, Scripted, no_model_call, scripted_worker
 
 pytestmark = pytest.mark.integration
@@ -51,10 +52,7 @@ def tenant() -> str:
 
 
 def _turn(tenant: str, conversation: str, n: int) -> Turn:
-    # Words of its own per turn, so the read that asks for them finds this turn and no other.
-    return Turn(tenant=tenant, conversation_id=conversation, turn_id=f"t{n:04d}", speaker="Ana",
-                text=f"My locker number {n} holds the {uuid.uuid4().hex[:6]} parcel from Lisbon.",
-                ts=T0 + timedelta(minutes=n))
+    return own_turn(tenant, conversation, n, t0=T0)
 
 
 def _remember_and_recall(workers: Scripted, turn: Turn) -> tuple[dict[str, Position], MemoryContext, float]:
@@ -62,17 +60,9 @@ def _remember_and_recall(workers: Scripted, turn: Turn) -> tuple[dict[str, Posit
 
     async def go() -> tuple[dict[str, Position], MemoryContext, float]:
         positions = await produce_turns(workers.settings, [turn])
-        started = time.monotonic()
-        reply = await context(workers.settings, tenant=turn.tenant, question=turn.text,
-                              conversation_ids=[turn.conversation_id], budget_tokens=200, after=positions,
-                              timeout_s=BOUND_S + 60)
-        return positions, reply, time.monotonic() - started
+        return (positions, *await recall(workers.settings, turn, positions, bound_s=BOUND_S))
 
     return asyncio.run(go())
-
-
-def _contains(reply: MemoryContext, turn: Turn) -> bool:
-    return any(item.turn_id == turn.turn_id for item in reply.items if item.kind == "turn")
 
 
 def _answer_metric(name: str, **labels: str) -> float:
@@ -86,7 +76,7 @@ def test_a_read_right_after_a_produce_contains_the_produced_turn_100_times_of_10
         positions, reply, _ = _remember_and_recall(workers, turn)
         assert set(positions) == {turn.conversation_id} and reply.error is None
         assert reply.incomplete is None, reply.incomplete
-        if not _contains(reply, turn):
+        if not holds(reply, turn):
             missed.append(turn.turn_id)
     assert missed == []
     assert _answer_metric("epistream_answer_read_after_wait_seconds_count", outcome="stored") >= 100
@@ -99,7 +89,7 @@ def test_with_ingest_stopped_a_read_gives_up_at_its_bound_and_says_it_is_incompl
         turn = _turn(tenant, "stopped", 1)
         positions, reply, waited = _remember_and_recall(workers, turn)
         position = positions["stopped"]
-        assert reply.error is None and not _contains(reply, turn)
+        assert reply.error is None and not holds(reply, turn)
         assert reply.incomplete == (f"not stored within {BOUND_S:g}s: stopped@{position.partition}:{position.offset}; "
                                     "the read may miss those turns")
         assert waited >= BOUND_S  # it did wait its bound before reading
@@ -110,9 +100,8 @@ def test_with_ingest_stopped_a_read_gives_up_at_its_bound_and_says_it_is_incompl
     # The restarted worker stores the turn: the same read is now complete and holds it.
     wait_for(lambda: workers.deployment is not None and workers.deployment.turns(tenant, "stopped") == 1,
              timeout=120, what="the turn stored after the restart")
-    reply = asyncio.run(context(workers.settings, tenant=tenant, question=turn.text, conversation_ids=["stopped"],
-                                budget_tokens=200, after=positions, timeout_s=BOUND_S + 60))
-    assert reply.incomplete is None and _contains(reply, turn)
+    reply, _ = recall_now(workers.settings, turn, positions, bound_s=BOUND_S)
+    assert reply.incomplete is None and holds(reply, turn)
 
 
 def test_positions_nothing_was_produced_at_are_named_not_waited_for_to_the_bound(workers, tenant):
@@ -132,7 +121,7 @@ def test_positions_nothing_was_produced_at_are_named_not_waited_for_to_the_bound
 
     reply, waited = asyncio.run(go())
     topic = workers.settings.topic_turns
-    assert reply.error is None and _contains(reply, turn)  # the real position was waited for and read
+    assert reply.error is None and holds(reply, turn)  # the real position was waited for and read
     assert reply.incomplete is not None and re.fullmatch(
         rf"never produced to {re.escape(topic)}: ghost@99:0 \(no partition 99\), far@0:1000000000000 "
         r"\(partition 0 ends at \d+\); not waited for", reply.incomplete), reply.incomplete
@@ -171,7 +160,7 @@ def test_a_rebalance_mid_stream_never_makes_a_read_silently_stale(workers, tenan
         turn = _turn(tenant, f"r{n % 11}", n)  # eleven conversations over the six partitions
         _, reply, _ = _remember_and_recall(workers, turn)
         assert reply.error is None
-        rounds.append((reply.incomplete is None, _contains(reply, turn)))
+        rounds.append((reply.incomplete is None, holds(reply, turn)))
 
     try:
         while _stored_by(SECOND_INGEST_PORT) == 0:
@@ -188,7 +177,7 @@ def test_a_rebalance_mid_stream_never_makes_a_read_silently_stale(workers, tenan
         for n in range(10):
             turn = _turn(tenant, f"s{n}", 1000 + n)
             _, reply, _ = _remember_and_recall(workers, turn)
-            assert reply.incomplete is None and _contains(reply, turn)
+            assert reply.incomplete is None and holds(reply, turn)
     finally:
         second.stop()
         assert workers.deployment is not None
@@ -211,4 +200,4 @@ def test_the_cli_prints_the_positions_it_produced_and_context_reads_after_them(w
                                   "--budget", "200", "--json", "--no-check", *(f"--after={p}" for p in printed))
     assert read.returncode == 0, read.stderr
     reply = MemoryContext.model_validate_json(read.stdout)
-    assert reply.incomplete is None and _contains(reply, turns[2])
+    assert reply.incomplete is None and holds(reply, turns[2])
