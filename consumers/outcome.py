@@ -107,7 +107,7 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
             partition = question.reply_partition  # a failure from here on still reaches the asker's partition
         # Read-your-own-writes: never read before the asked positions are stored, or say so.
         incomplete = None if not question.after else await read_after(
-            deps.pool, settings.topic_turns, question.after, timeout_s=settings.read_after_timeout_s,
+            deps.read_pool, settings.topic_turns, question.after, timeout_s=settings.read_after_timeout_s,
             metrics=deps.metrics, log=deps.turns_log)
         reply: Reply
         async with slot(question):

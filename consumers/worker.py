@@ -254,7 +254,8 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     turns_log = LogEnds(settings, settings.topic_turns)
     await turns_log.start()
     deps = AnswerDeps(settings=settings, pool=shared.pool, embedder=shared.embedder, master=shared.model("master"),
-                      metrics=metrics, assistants=assistants, recipes=from_settings(settings), turns_log=turns_log)
+                      metrics=metrics, assistants=assistants, recipes=from_settings(settings), turns_log=turns_log,
+                      read_pool=shared.read_pool)
     claims = ClaimCheck.from_settings(settings)  # once per worker, not per question (as ingest does)
     consumer = create_consumer(
         settings,
