@@ -38,6 +38,7 @@ import numpy as np
 
 from bench import report
 from bench.stack import managed_pid, up, wait_until_idle
+from bench.worker_metrics import scrape_samples
 from epistream.apps.cli.demo import asked_at_for, sample_questions, sample_turns, wait_until_stored
 from epistream.client.api import EpistreamClient, produce_turns
 from epistream.consumers.assistants import AssistantPool
@@ -46,6 +47,7 @@ from epistream.consumers.deps import AnswerDeps
 from epistream.consumers.retrieval import from_settings
 from epistream.contracts.questions import Mode, Question
 from epistream.contracts.turns import Turn
+from epistream.core.metrics import sample_sum
 from epistream.ops.resources import Resources
 from epistream.settings.processes import Settings
 
@@ -72,6 +74,34 @@ class Timings:
             out |= {"worker_p50_ms": round(float(np.percentile(self.worker_ms, 50)), 1),
                     "worker_p95_ms": round(float(np.percentile(self.worker_ms, 95)), 1)}
         return out
+
+
+#: The answer worker's own time per question, from its /metrics (sum and count of each histogram).
+PROFILE = {"slot_wait_read": ("epistream_answer_slot_wait_seconds", {"lane": "read"}),
+           "context_read": ("epistream_context_read_duration_seconds", {}),
+           "publish_transaction": ("epistream_answer_publish_seconds", {})}
+
+
+def _profile_totals(settings: Settings) -> dict[str, tuple[float, float]] | None:
+    samples = scrape_samples(settings, "answer")
+    if samples is None:
+        return None
+    return {key: (sample_sum(samples, f"{name}_sum", **labels), sample_sum(samples, f"{name}_count", **labels))
+            for key, (name, labels) in PROFILE.items()}
+
+
+def worker_profile(before: dict[str, tuple[float, float]] | None,
+                   after: dict[str, tuple[float, float]] | None) -> dict[str, float]:
+    """Mean milliseconds per question of each step of the answer worker between two scrapes, and how
+    many transactions carried the replies (fewer than the reads: replies ready together share one)."""
+    if before is None or after is None:
+        return {}
+    out = {}
+    for key in PROFILE:
+        total, count = (a - b for a, b in zip(after[key], before[key], strict=True))
+        out[f"{key}_mean_ms"] = round(1000 * total / count, 2) if count else 0.0
+    out["transactions"] = after["publish_transaction"][1] - before["publish_transaction"][1]
+    return out
 
 
 Read = Callable[[str], Awaitable[float | None]]  # one read of a question; the worker's latency_ms if known
@@ -108,7 +138,8 @@ async def in_process(settings: Settings, questions: list[str], asked_at: datetim
     """The read itself, as the answer worker runs it, without Kafka."""
     shared = await Resources.open(settings)
     try:
-        deps = AnswerDeps(settings=settings, pool=shared.pool, embedder=shared.embedder, master=shared.model("master"),
+        deps = AnswerDeps(settings=settings, pool=shared.pool, read_pool=shared.read_pool, embedder=shared.embedder,
+                          master=shared.model("master"),
                           metrics=shared.metrics, assistants=AssistantPool([], concurrency=1, max_tokens=1),
                           recipes=from_settings(settings))
 
@@ -233,18 +264,18 @@ async def measure(settings: Settings, *, reads: int, concurrency: list[int]) -> 
     async with EpistreamClient(settings) as client:
         read = client_read(client, asked_at)
         await closed_loop(read, questions, callers=4, reads=40)  # warm: the worker's partitions and pools
-        print("caller, idle", flush=True)
-        results["caller"]["idle"] = (await closed_loop(read, questions, callers=1, reads=reads // 2,
-                                                       pause_s=0.2)).summary()
+
+        async def phase(name: str, run: Awaitable[Timings]) -> None:
+            print(f"caller, {name}", flush=True)
+            before = _profile_totals(settings)
+            results["caller"][name] = (await run).summary() | {"worker": worker_profile(before, _profile_totals(settings))}
+
+        await phase("idle", closed_loop(read, questions, callers=1, reads=reads // 2, pause_s=0.2))
         for n in concurrency:
-            print(f"caller, {n} at a time", flush=True)
-            results["caller"][f"concurrent_{n}"] = (await closed_loop(read, questions, callers=n,
-                                                                      reads=max(reads, 4 * n))).summary()
+            await phase(f"concurrent_{n}", closed_loop(read, questions, callers=n, reads=max(reads, 4 * n)))
         print("mcp, 8 at a time", flush=True)
         results["mcp"]["concurrent_8"] = (await mcp_phase(questions, callers=8, reads=reads)).summary()
-        print("caller, under load", flush=True)
-        results["caller"]["under_load"] = (await under_load(client, settings, questions, asked_at,
-                                                            reads=reads)).summary()
+        await phase("under_load", under_load(client, settings, questions, asked_at, reads=reads))
     return results
 
 

@@ -17,7 +17,7 @@ from epistream.ops.health import worker_metrics_url
 from epistream.settings.processes import Settings
 
 
-def _scrape_samples(settings: Settings, worker: str = "ingest") -> list[Sample] | None:
+def scrape_samples(settings: Settings, worker: str = "ingest") -> list[Sample] | None:
     """Every sample of a worker's /metrics (default: the ingest worker's), or None where it cannot be read."""
     try:
         return read_samples(worker_metrics_url(settings, worker))
@@ -75,7 +75,7 @@ def parse_model_requests(text: str) -> dict[str, dict[str, float]]:
 
 def model_requests(settings: Settings, worker: str) -> dict[str, dict[str, float]] | None:
     """The model-request counters of one worker ("ingest" or "answer"; None when unreachable)."""
-    samples = _scrape_samples(settings, worker)
+    samples = scrape_samples(settings, worker)
     return None if samples is None else _requests_by_role(samples)
 
 
@@ -87,7 +87,7 @@ def request_delta(before: dict | None, after: dict | None) -> dict[str, dict[str
 
 
 def scrape(settings: Settings) -> IngestCounters | None:
-    samples = _scrape_samples(settings)
+    samples = scrape_samples(settings)
     if samples is None:
         return None
     return IngestCounters(
@@ -99,7 +99,7 @@ def scrape(settings: Settings) -> IngestCounters | None:
 
 
 def scrape_extractor(settings: Settings) -> ExtractorCounters | None:
-    samples = _scrape_samples(settings)
+    samples = scrape_samples(settings)
     if samples is None:
         return None
     role = {"role": "extractor"}
