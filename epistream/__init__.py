@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from .client.api import (
     After,
+    ClientClosed,
+    EpistreamClient,
     EventBatch,
     EventCursorError,
     ask,
@@ -52,8 +54,8 @@ from .settings.processes import ClientSettings, load_settings
 __version__ = "0.1.0"
 
 __all__ = [
-    # the client's calls (epistream.client.api)
-    "ask", "context", "produce_turns", "produce_raw", "forget", "events", "events_after", "events_topic",
+    # the client's calls (epistream.client.api), and the long-lived client they wrap (epistream.client.session)
+    "EpistreamClient", "ask", "context", "produce_turns", "produce_raw", "forget", "events", "events_after", "events_topic",
     "claim_headers", "After", "EventBatch",
     # the contracts a caller builds or receives (epistream.contracts)
     "Turn", "Question", "Mode", "TimeRange", "Position", "Answer", "Evidence", "MemoryContext", "MemoryItem",
@@ -63,6 +65,6 @@ __all__ = [
     "ClientSettings", "load_settings",
     # the errors a caller catches (epistream.errors)
     "EpistreamError", "RetryableError", "PermanentError", "ContractError", "SettingsError", "ServiceError",
-    "ReplyTimeout", "EventCursorError",
+    "ReplyTimeout", "EventCursorError", "ClientClosed",
     "__version__",
 ]

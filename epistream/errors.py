@@ -20,6 +20,8 @@ tests/unit/test_errors.py checks this drawing against the classes.
     │   ├── UnknownReplyTopic             a reply topic that does not exist [epistream.consumers.outcome]
     │   ├── EventCursorError              `after` offsets that do not fit the events topic; also a ValueError
     │   │                                 [epistream.client.api]
+    │   ├── ClientClosed                  a call on a closed EpistreamClient, or waiting when it closed
+    │   │                                 [epistream.client.replies]
     │   ├── ToolArgumentError             an agentic tool call's bad argument; also a ValueError
     │   │                                 [epistream.consumers.tools.schemas]
     │   ├── ArgumentError                 an MCP tool's bad argument; also a ValueError [epistream.apps.mcp.arguments]

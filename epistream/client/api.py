@@ -1,80 +1,40 @@
-"""A small Kafka client for agents and the CLI: produce turns, ask and await answers, read context."""
+"""A small Kafka client for agents and the CLI: produce turns, ask and await answers, read context, forget,
+follow memory events. The calls that produce or ask are one-shot wrappers over `EpistreamClient`
+(epistream/client/session.py), which a process that makes many keeps instead; the events calls read
+a topic of their own and stay one-shot."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.structs import RecordMetadata
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from epistream.contracts.decoding import decode, validated
 from epistream.contracts.events import MemoryEvent
 from epistream.contracts.positions import Position
-from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, Mode, Question
+from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, Question
 from epistream.contracts.replies import Answer, MemoryContext
 from epistream.contracts.turns import ForgetRecord, Turn
-from epistream.core import tracing
-from epistream.core.claims import ClaimCheck, signed_headers
-from epistream.errors import PermanentError, ReplyTimeout
-from epistream.messaging.erasure import publish_forgotten
-from epistream.messaging.kafka_io import create_consumer, create_producer, partitions_of
-from epistream.messaging.tenant_topics import events_topic_for, tenant_reply_topic
+from epistream.core.claims import ClaimCheck
+from epistream.errors import PermanentError
+from epistream.messaging.kafka_io import create_consumer, partitions_of
+from epistream.messaging.tenant_topics import events_topic_for
 from epistream.settings.processes import ClientSettings
+
+from .replies import ClientClosed
+from .session import After, EpistreamClient, claim_headers, start_client
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "After", "EventBatch", "EventCursorError", "ask", "claim_headers", "context", "events", "events_after",
-    "events_topic", "forget", "produce_raw", "produce_turns",
+    "After", "ClientClosed", "EpistreamClient", "EventBatch", "EventCursorError", "ask", "claim_headers", "context",
+    "events", "events_after", "events_topic", "forget", "produce_raw", "produce_turns",
 ]
-
-
-def claim_headers(check: ClaimCheck, value: bytes, tenant_key: bytes | None = None) -> list[tuple[str, bytes]]:
-    """The signature proving a record's tenant claim: with `tenant_key` (a tenant's backend holds its
-    own), or derived from the deployment's secret in `check` (the operator's tools hold it); none when
-    neither is there, or for bytes that name no tenant (they cannot be signed for anyone)."""
-    if tenant_key is not None:
-        return signed_headers(tenant_key, value)
-    if not check.enforced:
-        return []
-    try:
-        tenant = json.loads(value)["tenant"]
-    except (ValueError, TypeError, KeyError):
-        return []
-    return check.headers_for(str(tenant), value)
-
-
-async def _start(client: AIOKafkaProducer | AIOKafkaConsumer) -> None:
-    """Start a client; one that cannot reach the broker is closed before the error goes up."""
-    try:
-        await client.start()
-    except BaseException:
-        await client.stop()
-        raise
-
-
-#: What the caller may pass as `after`: positions, or produce_turns' map of them.
-After = Iterable[Position] | Mapping[str, Position]
-
-
-def _note_position(positions: dict[str, Position], key: bytes | None, meta: RecordMetadata) -> None:
-    """Keep, per conversation (a turn's key), the position of its last record the broker acknowledged."""
-    try:
-        conversation = key.decode() if key is not None else None
-        if conversation is None or (conversation in positions and positions[conversation].offset >= meta.offset):
-            return
-        positions[conversation] = Position(conversation_id=conversation, partition=meta.partition, offset=meta.offset)
-    except ValueError:  # a key that is no conversation id (not UTF-8, too long): nothing to wait for
-        return
 
 
 async def produce_raw(
@@ -83,68 +43,28 @@ async def produce_raw(
 ) -> int:
     """Send (key, value) pairs to `memory.turns` (or `topic`), each signed for its tenant (see
     `claim_headers`); return how many were sent. With `positions`, fill it with each conversation's
-    (key's) last acknowledged position, what a read's `after` waits for."""
-    check = ClaimCheck.from_settings(settings)  # once per call, not per record
-    destination = topic or settings.topic_turns
-    producer = create_producer(settings)
-    await _start(producer)
-    sent = 0
-    pending: list[tuple[bytes | None, asyncio.Future[RecordMetadata]]] = []
-
-    async def delivered() -> None:
-        metas = await asyncio.gather(*(future for _, future in pending))
-        if positions is not None:
-            for (key, _), meta in zip(pending, metas, strict=True):
-                _note_position(positions, key, meta)
-        pending.clear()
-
-    # One send span for the call (a batch send, in the messaging conventions): every record carries its
-    # context, or the caller's own span's where tracing is off here; no header at all without either.
-    with tracing.span(f"send {destination}", kind="producer",
-                      attributes=tracing.messaging("send", "send", destination)) as current:
-        trace_headers = tracing.inject()
-        try:
-            for key, value in records:
-                pending.append((key, await producer.send(destination, key=key, value=value,
-                                                         headers=claim_headers(check, value, tenant_key)
-                                                         + trace_headers)))
-                sent += 1
-                if progress is not None:
-                    progress.update(1)
-                if len(pending) >= 1000:
-                    await delivered()
-            await delivered()
-        finally:
-            await producer.stop()
-        tracing.set_attributes(current, {"messaging.batch.message_count": sent})
-    return sent
+    (key's) last acknowledged position, what a read's `after` waits for. One call: `EpistreamClient`
+    keeps its producer for many."""
+    async with EpistreamClient(settings) as client:
+        return await client.produce_raw(records, topic=topic, progress=progress, tenant_key=tenant_key,
+                                        positions=positions)
 
 
 async def produce_turns(settings: ClientSettings, turns: Iterable[Turn], *,
                         tenant_key: bytes | None = None) -> dict[str, Position]:
     """Send turns to `memory.turns`, keyed by conversation and signed for their tenant; return, per
     conversation, the position of its last turn (pass them as a read's `after` to read your writes)."""
-    positions: dict[str, Position] = {}
-    await produce_raw(settings, ((t.conversation_id.encode(), t.to_bytes()) for t in turns), tenant_key=tenant_key,
-                      positions=positions)
-    return positions
-
-
-def _positions(after: After | None) -> list[Position] | None:
-    if after is None:
-        return None
-    return list(after.values()) if isinstance(after, Mapping) else list(after)
+    async with EpistreamClient(settings) as client:
+        return await client.produce_turns(turns, tenant_key=tenant_key)
 
 
 async def ask(settings: ClientSettings, question: Question, *, timeout_s: float = 300.0,
               tenant_key: bytes | None = None, after: After | None = None) -> Answer:
     """Produce a question (signed for its tenant, see `claim_headers`) and wait for its answer on the reply
     topic; with `after` (positions from produce_turns), answered only from memory stored through them, or
-    marked `incomplete`."""
-    if after is not None:
-        question = validated(Question, what="question", **(question.model_dump(exclude_none=True)
-                                                              | {"after": _positions(after)}))
-    return decode(await _request(settings, question, timeout_s, tenant_key), Answer, what="answer")
+    marked `incomplete`. One call: `EpistreamClient` keeps its Kafka clients for many."""
+    async with EpistreamClient(settings) as client:
+        return await client.ask(question, timeout_s=timeout_s, tenant_key=tenant_key, after=after)
 
 
 async def context(
@@ -154,69 +74,19 @@ async def context(
     tenant_key: bytes | None = None, after: After | None = None, listing: Literal["timeline", "facts"] | None = None,
 ) -> MemoryContext:
     """The best memory for ``question`` within ``budget_tokens``, for the caller's own model (no model
-    call): a `context` question through memory.questions, its MemoryContext from the reply topic.
-    ``since``/``until``: only memory of [since, until); ``asked_at`` (default now) anchors "last week";
-    ``after`` (positions from produce_turns): read once ingest stored through them, else marked `incomplete`;
-    ``listing``: instead, the one conversation's gists in time order ("timeline") or current facts."""
-    request = validated(
-        Question, what="context request",
-        question_id=f"c-{uuid.uuid4()}", tenant=tenant, question=question, conversation_ids=conversation_ids,
-        asked_at=asked_at or datetime.now(UTC), mode=Mode.CONTEXT, reply_topic=reply_topic,
-        budget_tokens=budget_tokens,
-        time_range=None if since is None and until is None else {"start": since, "end": until},
-        after=_positions(after), listing=listing,
-    )
-    return decode(await _request(settings, request, timeout_s, tenant_key), MemoryContext, what="context reply")
-
-
-async def _request(settings: ClientSettings, question: Question, timeout_s: float, tenant_key: bytes | None) -> bytes:
-    """Produce a question and return the value of its reply (keyed by its id) on the reply topic."""
-    check = ClaimCheck.from_settings(settings)
-    reply_topic = question.reply_topic or settings.topic_answers
-    if question.reply_topic is None and (tenant_key is not None or check.enforced):
-        reply_topic = tenant_reply_topic(settings.topic_answers, question.tenant)  # where checked claims reply
-    # read_committed: an answer from an aborted transaction (its worker died or lost the question) is never seen.
-    consumer = create_consumer(settings, enable_auto_commit=False, group_id=None, isolation_level="read_committed")
-    await _start(consumer)
-    producer = create_producer(settings)
-    try:
-        await _start(producer)
-    except BaseException:
-        await consumer.stop()
-        raise
-    try:
-        # Position at the end of every partition *before* asking, so the answer cannot be missed.
-        partitions = [TopicPartition(reply_topic, p) for p in await partitions_of(settings, reply_topic)]
-        consumer.assign(partitions)
-        await consumer.seek_to_end(*partitions)
-        for tp in partitions:
-            await consumer.position(tp)
-        value = question.to_bytes()
-        with tracing.span(f"send {settings.topic_questions}", kind="producer",
-                          attributes=tracing.messaging("send", "send", settings.topic_questions)):
-            await producer.send_and_wait(settings.topic_questions, key=question.question_id.encode(), value=value,
-                                         headers=tracing.inject(claim_headers(check, value, tenant_key)))
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=500)
-            for records in batches.values():
-                for record in records:
-                    if record.key == question.question_id.encode() and record.value is not None:
-                        return record.value
-        raise ReplyTimeout(f"no reply to {question.question_id} within {timeout_s:.0f}s")
-    finally:
-        await producer.stop()
-        await consumer.stop()
+    call); the keywords are `EpistreamClient.context`'s. One call: the client keeps its Kafka clients for many."""
+    async with EpistreamClient(settings) as client:
+        return await client.context(
+            tenant=tenant, question=question, budget_tokens=budget_tokens, since=since, until=until,
+            conversation_ids=conversation_ids, asked_at=asked_at, reply_topic=reply_topic, timeout_s=timeout_s,
+            tenant_key=tenant_key, after=after, listing=listing)
 
 
 async def forget(settings: ClientSettings, *, tenant: str, conversation_id: str | None = None) -> ForgetRecord:
-    """Forget a conversation (None: every conversation of the tenant) through Kafka: the erasure is written
-    to the compacted memory.forgotten, which every ingest worker applies as it arrives and again on every
-    start, so a database rebuilt from Kafka stays without it. Returns the record written; the deletion
-    itself follows within the ingest worker's reading of that topic."""
-    record = ForgetRecord(tenant=tenant, conversation_id=conversation_id, forgotten_at=datetime.now(UTC))
-    await publish_forgotten(settings, record)
-    return record
+    """Forget a conversation (None: every conversation of the tenant) through Kafka; see
+    `EpistreamClient.forget`. Returns the record written."""
+    async with EpistreamClient(settings) as client:
+        return await client.forget(tenant=tenant, conversation_id=conversation_id)
 
 
 def events_topic(settings: ClientSettings, tenant: str, tenant_key: bytes | None = None) -> str:
@@ -231,7 +101,7 @@ async def _events_consumer(settings: ClientSettings, tenant: str,
     """A consumer assigned every partition of `tenant`'s events topic (`events_topic`)."""
     topic = events_topic(settings, tenant, tenant_key)
     consumer = create_consumer(settings, enable_auto_commit=False, group_id=None)
-    await _start(consumer)
+    await start_client(consumer)
     try:
         partitions = [TopicPartition(topic, p) for p in await partitions_of(settings, topic)]
         consumer.assign(partitions)

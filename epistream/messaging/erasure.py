@@ -10,28 +10,19 @@ from __future__ import annotations
 
 import logging
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from pydantic import ValidationError
 
 from epistream.contracts.turns import ForgetRecord
-from epistream.messaging.kafka_io import create_consumer, create_producer, partitions_of
+from epistream.messaging.kafka_io import create_consumer, partitions_of
 from epistream.settings.processes import ClientSettings
 
 log = logging.getLogger(__name__)
 
 
-async def publish_forgotten(settings: ClientSettings, record: ForgetRecord) -> None:
-    """Write the record and wait for every in-sync replica to hold it (acks=all)."""
-    producer = create_producer(settings)
-    try:
-        await producer.start()
-    except BaseException:  # a producer that cannot reach the broker is closed, not left to leak (epistream mcp lives on)
-        await producer.stop()
-        raise
-    try:
-        await producer.send_and_wait(settings.topic_forgotten, key=record.key(), value=record.to_bytes())
-    finally:
-        await producer.stop()
+async def publish_forgotten(producer: AIOKafkaProducer, settings: ClientSettings, record: ForgetRecord) -> None:
+    """Write the record with a started producer and wait for every in-sync replica to hold it (acks=all)."""
+    await producer.send_and_wait(settings.topic_forgotten, key=record.key(), value=record.to_bytes())
 
 
 def parse_forgotten(raw: bytes | None) -> ForgetRecord | None:

@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from epistream.apps.cli.output import fail_loudly, print_answer, print_rows, unhealthy
-from epistream.client.api import ask, context, produce_raw
+from epistream.client.api import produce_raw
+from epistream.client.session import EpistreamClient
 from epistream.contracts.questions import Mode, Question
 from epistream.contracts.replies import MemoryContext
 from epistream.contracts.turns import Turn
@@ -86,31 +87,37 @@ def run_demo(settings: Settings, *, start: bool = True, mode: Mode = Mode.FAST) 
     asyncio.run(produce_raw(settings, records))
     print(f"\nproduced {len(turns)} turns of {turns[0].conversation_id!r} to {settings.topic_turns}")
     print(f"all of them searchable after {wait_until_stored(settings, turns):.2f}s")
+    return asyncio.run(_ask_each(settings, turns, mode))
+
+
+async def _ask_each(settings: Settings, turns: list[Turn], mode: Mode) -> int:
+    """Each sample question's context read, then its answer, through one client for the whole demo."""
     asked_at = asked_at_for(turns)
     label = model_label(settings)
-    for item in sample_questions():
-        print(f"\nQ: {item['question']}")
-        try:
-            memory = asyncio.run(context(settings, tenant=turns[0].tenant, question=item["question"],
-                                         conversation_ids=[turns[0].conversation_id], asked_at=asked_at,
-                                         budget_tokens=DEMO_BUDGET_TOKENS))
-        except TimeoutError as exc:
-            return fail_loudly(settings, f"no context: {exc}")
-        if memory.error:
-            return fail_loudly(settings, f"the context read failed: {memory.error}")
-        print_context(memory)
-        question = Question(
-            question_id=f"demo-{uuid.uuid4()}", tenant=turns[0].tenant, question=item["question"],
-            conversation_ids=[turns[0].conversation_id], asked_at=asked_at, mode=mode,
-        )
-        try:
-            answer = asyncio.run(ask(settings, question))
-        except TimeoutError as exc:
-            return fail_loudly(settings, f"no answer: {exc}")
-        print(f"   answer from {label}:")
-        print_answer(answer)
-        if answer.error:
-            return fail_loudly(settings, f"the answer failed: {answer.error}")
-        print(f"   expected: {item['expected'] if item['expected'] is not None else '(unanswerable: abstain)'}")
+    async with EpistreamClient(settings) as client:
+        for item in sample_questions():
+            print(f"\nQ: {item['question']}")
+            try:
+                memory = await client.context(tenant=turns[0].tenant, question=item["question"],
+                                              conversation_ids=[turns[0].conversation_id], asked_at=asked_at,
+                                              budget_tokens=DEMO_BUDGET_TOKENS)
+            except TimeoutError as exc:
+                return fail_loudly(settings, f"no context: {exc}")
+            if memory.error:
+                return fail_loudly(settings, f"the context read failed: {memory.error}")
+            print_context(memory)
+            question = Question(
+                question_id=f"demo-{uuid.uuid4()}", tenant=turns[0].tenant, question=item["question"],
+                conversation_ids=[turns[0].conversation_id], asked_at=asked_at, mode=mode,
+            )
+            try:
+                answer = await client.ask(question)
+            except TimeoutError as exc:
+                return fail_loudly(settings, f"no answer: {exc}")
+            print(f"   answer from {label}:")
+            print_answer(answer)
+            if answer.error:
+                return fail_loudly(settings, f"the answer failed: {answer.error}")
+            print(f"   expected: {item['expected'] if item['expected'] is not None else '(unanswerable: abstain)'}")
     print(f"\ndone at {datetime.now(UTC):%H:%M:%S}; `epistream down` stops the services.")
     return 0

@@ -1,4 +1,6 @@
-"""What the MCP server asks of epistream.client.api, in one place, and the positions it has written.
+"""What the MCP server asks of the client, in one place, and the positions it has written. Reads and
+writes go through the server's one EpistreamClient (kept for its lifetime, server.py); the events reads
+are one-shot calls of epistream.client.api.
 
 Read-your-own-writes: `remember` keeps, per conversation, the Kafka position of the last turn it
 produced, and `recall` and `ask` pass those positions on (`after`), so the answer worker reads only
@@ -16,8 +18,9 @@ from collections.abc import Mapping, Sequence
 from threading import Lock
 from typing import Literal
 
-from epistream.client import api as client
+from epistream.client import api
 from epistream.client.api import EventBatch, EventCursorError  # noqa: F401  (the server catches it from here)
+from epistream.client.session import EpistreamClient
 from epistream.contracts.positions import Position
 from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, CONTEXT_BUDGET_MAX, Question
 from epistream.contracts.replies import Answer, MemoryContext
@@ -55,17 +58,18 @@ class Written:
             return sorted(latest.values(), key=lambda p: p.partition)
 
 
-async def produce(settings: ClientSettings, turns: Sequence[Turn], *, tenant_key: bytes | None) -> dict[str, Position]:
+async def produce(client: EpistreamClient, turns: Sequence[Turn], *,
+                  tenant_key: bytes | None) -> dict[str, Position]:
     """Send the turns (signed for their tenant); per conversation, the position of its last one."""
-    return await client.produce_turns(settings, turns, tenant_key=tenant_key)
+    return await client.produce_turns(turns, tenant_key=tenant_key)
 
 
-async def read_context(settings: ClientSettings, question: Question, *, after: list[Position], timeout_s: float,
+async def read_context(client: EpistreamClient, question: Question, *, after: list[Position], timeout_s: float,
                        tenant_key: bytes | None) -> MemoryContext:
     """The `context` read of `question` (built by arguments.recall_question), once `after` is stored."""
     time_range = question.time_range
     return await client.context(
-        settings, tenant=question.tenant, question=question.question,
+        tenant=question.tenant, question=question.question,
         budget_tokens=question.budget_tokens or CONTEXT_BUDGET_DEFAULT,
         since=time_range.start if time_range else None, until=time_range.end if time_range else None,
         conversation_ids=question.conversation_ids, asked_at=question.asked_at, timeout_s=timeout_s,
@@ -73,17 +77,17 @@ async def read_context(settings: ClientSettings, question: Question, *, after: l
     )
 
 
-async def answer(settings: ClientSettings, question: Question, *, after: list[Position], timeout_s: float,
+async def answer(client: EpistreamClient, question: Question, *, after: list[Position], timeout_s: float,
                  tenant_key: bytes | None) -> Answer:
     """Ask `question` and await its answer, once `after` is stored."""
-    return await client.ask(settings, question, timeout_s=timeout_s, tenant_key=tenant_key, after=after or None)
+    return await client.ask(question, timeout_s=timeout_s, tenant_key=tenant_key, after=after or None)
 
 
-async def read_listing(settings: ClientSettings, *, tenant: str, conversation_id: str,
+async def read_listing(client: EpistreamClient, *, tenant: str, conversation_id: str,
                        listing: Literal["timeline", "facts"], timeout_s: float,
                        tenant_key: bytes | None) -> MemoryContext:
     """One conversation's timeline or current facts (a resource), as much as the largest budget holds."""
-    return await client.context(settings, tenant=tenant, question=listing, budget_tokens=CONTEXT_BUDGET_MAX,
+    return await client.context(tenant=tenant, question=listing, budget_tokens=CONTEXT_BUDGET_MAX,
                                 conversation_ids=[conversation_id], listing=listing, timeout_s=timeout_s,
                                 tenant_key=tenant_key)
 
@@ -92,13 +96,13 @@ async def read_events(settings: ClientSettings, *, tenant: str, after: Mapping[i
                       limit: int, tenant_key: bytes | None) -> EventBatch:
     """The tenant's events after `after` (None: from now on), at most `limit`, waiting up to `wait_s` for some;
     an EventCursorError where `after` does not fit the topic."""
-    return await client.events_after(settings, tenant=tenant, after=after, wait_s=wait_s, limit=limit,
-                                     tenant_key=tenant_key)
+    return await api.events_after(settings, tenant=tenant, after=after, wait_s=wait_s, limit=limit,
+                                  tenant_key=tenant_key)
 
 
 def events_topic(settings: ClientSettings, tenant: str, tenant_key: bytes | None) -> str:
-    return client.events_topic(settings, tenant, tenant_key)
+    return api.events_topic(settings, tenant, tenant_key)
 
 
-async def forget(settings: ClientSettings, *, tenant: str, conversation_id: str) -> None:
-    await client.forget(settings, tenant=tenant, conversation_id=conversation_id)
+async def forget(client: EpistreamClient, *, tenant: str, conversation_id: str) -> None:
+    await client.forget(tenant=tenant, conversation_id=conversation_id)

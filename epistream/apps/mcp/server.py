@@ -1,4 +1,5 @@
-"""The MCP server: five tools over epistream.client.api, for one tenant, each call bounded by a timeout.
+"""The MCP server: five tools over one EpistreamClient kept for the server's lifetime (its lifespan), for
+one tenant, each call bounded by a timeout.
 
 Every call ends in a result or a tool error (``is_error``) whose text says why: arguments the schema
 or the contracts refuse, Kafka unreachable, no reply within the timeout, the answer worker's own
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Annotated, Literal, TypeVar
 
@@ -27,6 +29,7 @@ from epistream.apps.mcp.arguments import (
     recall_question,
     turns_for,
 )
+from epistream.client.session import EpistreamClient
 from epistream.contracts.events import MemoryEvent
 from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, CONTEXT_BUDGET_MAX, CONTEXT_BUDGET_MIN, Question
 from epistream.contracts.replies import Answer, MemoryContext
@@ -87,13 +90,30 @@ def _text(text: str, structured: dict) -> CallToolResult:
 
 
 class Tools:
-    """The tools, bound to the server's settings, its tenant and what it has written."""
+    """The tools, bound to the server's settings, its tenant, its client and what it has written."""
 
     def __init__(self, settings: McpServerSettings, tenant: str) -> None:
         self.settings = settings
         self.tenant = tenant
         self.key = settings.mcp_key
         self.written = memory.Written()
+        self._client: EpistreamClient | None = None
+
+    @asynccontextmanager
+    async def lifespan(self, _server: object) -> AsyncIterator[dict]:
+        """The server's lifespan: one client (one producer, one reply consumer) for every call while it runs."""
+        async with EpistreamClient(self.settings) as client:
+            self._client = client
+            try:
+                yield {}
+            finally:
+                self._client = None
+
+    @property
+    def client(self) -> EpistreamClient:
+        if self._client is None:  # only outside the lifespan, where the SDK calls no tool
+            raise ToolError("the server is not running")
+        return self._client
 
     async def _bounded(self, what: str, call: Awaitable[T], timeout_s: float,
                        error: type[Exception] = ToolError) -> T:
@@ -112,7 +132,7 @@ class Tools:
     async def _read(self, what: str, read: Callable[..., Awaitable[T]], request: Question, timeout_s: float) -> T:
         """A question's reply, once the ingest side stored what this server wrote to its conversations."""
         after = self.written.after(request.conversation_ids)
-        return await self._bounded(what, read(self.settings, request, after=after, timeout_s=timeout_s,
+        return await self._bounded(what, read(self.client, request, after=after, timeout_s=timeout_s,
                                               tenant_key=self.key), timeout_s)
 
     async def remember(
@@ -124,7 +144,7 @@ class Tools:
         about a second; gists and facts follow when the conversation's segment closes."""
         records = _checked(lambda: turns_for(self.tenant, conversation_id, turns, now=datetime.now(UTC)))
         positions = await self._bounded("acknowledgement from Kafka", memory.produce(
-            self.settings, records, tenant_key=self.key), self.settings.mcp_timeout_s)
+            self.client, records, tenant_key=self.key), self.settings.mcp_timeout_s)
         self.written.note(positions)
         conversation = records[0].conversation_id
         return _text(f"remembered {len(records)} turn(s) of conversation {conversation!r}", {
@@ -180,7 +200,7 @@ class Tools:
         """Forget a conversation for good: its turns, segments, gists and facts, here and in every rebuild."""
         conversation = _checked(lambda: confirmed_forget(conversation_id, confirm))
         await self._bounded("acknowledgement from Kafka", memory.forget(
-            self.settings, tenant=self.tenant, conversation_id=conversation), self.settings.mcp_timeout_s)
+            self.client, tenant=self.tenant, conversation_id=conversation), self.settings.mcp_timeout_s)
         return _text(f"forgot conversation {conversation!r}: the ingest workers delete it as they read the erasure "
                      "(within seconds)", {"conversation_id": conversation, "tenant": self.tenant})
 
@@ -213,7 +233,7 @@ class Tools:
     async def _listing(self, conversation_id: str, listing: Literal["timeline", "facts"]) -> str:
         timeout = self.settings.mcp_timeout_s
         reply: MemoryContext = await self._bounded("memory read", memory.read_listing(
-            self.settings, tenant=self.tenant, conversation_id=conversation_id, listing=listing, timeout_s=timeout,
+            self.client, tenant=self.tenant, conversation_id=conversation_id, listing=listing, timeout_s=timeout,
             tenant_key=self.key), timeout, error=ResourceError)
         if reply.error:
             raise ResourceError(f"the answer worker could not read memory: {reply.error}")
@@ -235,7 +255,7 @@ class Tools:
 def build_server(settings: McpServerSettings, tenant: str) -> MCPServer:
     """The MCP server for `tenant` (arguments.served_tenant checked its name)."""
     tools = Tools(settings, tenant)
-    server: MCPServer = MCPServer("epistream", instructions=INSTRUCTIONS, log_level="WARNING")
+    server: MCPServer = MCPServer("epistream", instructions=INSTRUCTIONS, log_level="WARNING", lifespan=tools.lifespan)
     server.add_tool(tools.remember, annotations=ToolAnnotations(destructive_hint=False))
     server.add_tool(tools.recall, annotations=ToolAnnotations(read_only_hint=True))
     server.add_tool(tools.ask, annotations=ToolAnnotations(read_only_hint=True))
