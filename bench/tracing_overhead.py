@@ -65,12 +65,12 @@ def _env(value: object) -> str:
 
 
 @contextmanager
-def deployment(stack: Settings, run_id: str) -> Iterator[tuple[Settings, dict[str, str]]]:
+def deployment(stack: Settings, run_id: str, *, prefix: str = "tracing") -> Iterator[tuple[Settings, dict[str, str]]]:
     """The run's topics and database on the stack's Kafka and PostgreSQL; its settings and the environment
     its workers get (no OTEL_* variable of the caller's: each phase says whether it traces)."""
-    overrides: dict[str, Any] = {f"topic_{t}": f"tracing-{run_id}.{t}" for t in TOPICS} | {
-        "indexer_group": f"tracing-{run_id}", "answer_group": f"tracing-{run_id}-answer"}
-    name = f"tracing_{run_id}"
+    overrides: dict[str, Any] = {f"topic_{t}": f"{prefix}-{run_id}.{t}" for t in TOPICS} | {
+        "indexer_group": f"{prefix}-{run_id}", "answer_group": f"{prefix}-{run_id}-answer"}
+    name = f"{prefix}_{run_id}"
     settings = on_database(stack.with_overrides(**overrides), own_database(stack, name))
     try:
         asyncio.run(ensure_topics(settings))

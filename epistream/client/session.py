@@ -97,8 +97,11 @@ class EpistreamClient:
     that failed is tried again by the next call); `close` (or leaving the ``async with``) fails the calls
     still waiting with a ClientClosed and stops both. Calls may run concurrently."""
 
-    def __init__(self, settings: ClientSettings) -> None:
+    def __init__(self, settings: ClientSettings, *, linger_ms: int = PRODUCER_LINGER_MS,
+                 fetch_max_wait_ms: int = REPLY_FETCH_MAX_WAIT_MS) -> None:
         self._settings = settings
+        self._linger_ms = linger_ms  # the defaults were measured (bench/client_latency.py); others, to compare
+        self._fetch_max_wait_ms = fetch_max_wait_ms
         self._check = ClaimCheck.from_settings(settings)
         self._router = ReplyRouter()
         self._producer: AIOKafkaProducer | None = None
@@ -132,7 +135,7 @@ class EpistreamClient:
             async with self._starting:
                 self._open()  # closed while this call waited for the lock
                 if self._producer is None:
-                    producer = create_producer(self._settings, linger_ms=PRODUCER_LINGER_MS)
+                    producer = create_producer(self._settings, linger_ms=self._linger_ms)
                     await start_client(producer)
                     self._producer = producer
         return self._producer
@@ -157,7 +160,7 @@ class EpistreamClient:
         if self._consumer is None:
             # read_committed: a reply of an aborted transaction (its worker died or lost the question) is never seen.
             consumer = create_consumer(self._settings, group_id=None, enable_auto_commit=False,
-                                       isolation_level="read_committed", fetch_max_wait_ms=REPLY_FETCH_MAX_WAIT_MS,
+                                       isolation_level="read_committed", fetch_max_wait_ms=self._fetch_max_wait_ms,
                                        fetch_min_bytes=REPLY_FETCH_MIN_BYTES)
             await start_client(consumer)
             self._consumer = consumer
