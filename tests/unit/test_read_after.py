@@ -13,7 +13,7 @@ import pytest
 from aiokafka.structs import RecordMetadata, TopicPartition
 
 from epistream.apps.cli.main import _after
-from epistream.client.api import _note_position, _positions
+from epistream.client.session import _note_position, _positions
 from epistream.consumers.read_after import (
     MAX_POLL_S,
     PAST_END_AFTER_S,
