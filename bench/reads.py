@@ -40,7 +40,8 @@ from bench import report
 from bench.stack import managed_pid, up, wait_until_idle
 from bench.worker_metrics import scrape_samples
 from epistream.apps.cli.demo import asked_at_for, sample_questions, sample_turns, wait_until_stored
-from epistream.client.api import EpistreamClient, produce_turns
+from epistream.client.api import produce_turns
+from epistream.client.session import EpistreamClient
 from epistream.consumers.assistants import AssistantPool
 from epistream.consumers.context import read_context
 from epistream.consumers.deps import AnswerDeps

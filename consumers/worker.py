@@ -264,6 +264,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         enable_auto_commit=False,  # offsets are committed inside each question's transaction
         auto_offset_reset="earliest",
         isolation_level="read_committed",
+        fetch_max_wait_ms=FETCH_WAIT_MS,  # a resumed partition is fetched again within it
         # The loop never waits for an answer (each runs in its own task): the default interval is ample.
         max_poll_interval_ms=300_000,
         session_timeout_ms=int(settings.kafka_session_timeout_s * 1000),

@@ -228,7 +228,10 @@ class PartitionProducers:
         committed offset: the producer's start is what settles the previous owner's transaction)."""
         if consumed in self._producers:
             return self._producers[consumed], False
-        producer = create_producer(self._settings, transactional_id=transactional_id(self._group, consumed))
+        # No linger: a transaction already carries every reply ready at its start, and a reader waits on it
+        # (bench/client_latency.py measured the path 5-8 ms shorter without).
+        producer = create_producer(self._settings, transactional_id=transactional_id(self._group, consumed),
+                                   linger_ms=0)
         try:
             await producer.start()
         except BaseException:
