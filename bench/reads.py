@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from bench import report
-from bench.stack import managed_pid, up, wait_until_idle
+from bench import py_spy, report
+from bench.stack import CpuSnapshot, cpu_report, managed_pid, up, wait_until_idle
 from bench.worker_metrics import scrape_samples
 from epistream.apps.cli.demo import asked_at_for, sample_questions, sample_turns, wait_until_stored
 from epistream.client.api import produce_turns
@@ -108,23 +108,24 @@ def worker_profile(before: dict[str, tuple[float, float]] | None,
 Read = Callable[[str], Awaitable[float | None]]  # one read of a question; the worker's latency_ms if known
 
 
+async def _reads(read: Read, questions: list[str], left: Iterator[int], timings: Timings, *, offset: int,
+                 pause_s: float = 0.0) -> None:
+    """One caller: reads back to back (after `pause_s` each) while `left` has reads to do."""
+    for i in left:
+        started = time.perf_counter()
+        worker_ms = await read(questions[(i + offset) % len(questions)])
+        timings.caller_s.append(time.perf_counter() - started)
+        if worker_ms is not None:
+            timings.worker_ms.append(worker_ms)
+        if pause_s:
+            await asyncio.sleep(pause_s)
+
+
 async def closed_loop(read: Read, questions: list[str], *, callers: int, reads: int, pause_s: float = 0.0) -> Timings:
     """`callers` callers reading back to back (after `pause_s` each) until `reads` reads are done."""
-    timings = Timings()
-    left = iter(range(reads))
-
-    async def caller(n: int) -> None:
-        for i in left:
-            started = time.perf_counter()
-            worker_ms = await read(questions[(i + n) % len(questions)])
-            timings.caller_s.append(time.perf_counter() - started)
-            if worker_ms is not None:
-                timings.worker_ms.append(worker_ms)
-            if pause_s:
-                await asyncio.sleep(pause_s)
-
+    timings, left = Timings(), iter(range(reads))
     started = time.perf_counter()
-    await asyncio.gather(*(caller(n) for n in range(callers)))
+    await asyncio.gather(*(_reads(read, questions, left, timings, offset=n, pause_s=pause_s) for n in range(callers)))
     timings.wall_s = time.perf_counter() - started
     return timings
 
@@ -141,7 +142,7 @@ async def in_process(settings: Settings, questions: list[str], asked_at: datetim
     try:
         deps = AnswerDeps(settings=settings, pool=shared.pool, read_pool=shared.read_pool, embedder=shared.embedder,
                           master=shared.model("master"),
-                          metrics=shared.metrics, assistants=AssistantPool([], concurrency=1, max_tokens=1),
+                          metrics=shared.metrics, assistants=AssistantPool(shared.assistants(), concurrency=1, max_tokens=1),
                           recipes=from_settings(settings))
 
         async def read(text: str) -> float | None:
@@ -228,40 +229,74 @@ async def mcp_server() -> AsyncIterator[str]:
 
 
 async def mcp_phase(questions: list[str], *, callers: int, reads: int) -> Timings:
+    """`callers` MCP sessions (the mcp SDK's client, each in its own task, as its cancel scopes require),
+    each calling `recall` back to back until `reads` calls are done."""
     from mcp import Client
 
-    async with mcp_server() as url:
-        clients = [Client(url, read_timeout_seconds=60) for _ in range(callers)]
-        for c in clients:
-            await c.__aenter__()
-        try:
-            async def read_with(c: Any, text: str) -> float | None:
-                result = await c.call_tool("recall", {"question": text, "budget_tokens": BUDGET})
+    timings, left = Timings(), iter(range(reads))
+    ready, go = asyncio.Barrier(callers + 1), asyncio.Event()
+
+    async def caller(url: str, n: int) -> None:
+        async with Client(url, read_timeout_seconds=60) as session:
+            async def recall(text: str) -> float | None:
+                result = await session.call_tool("recall", {"question": text, "budget_tokens": BUDGET})
                 if result.is_error:
                     raise RuntimeError(result.content[0].text)
                 return None
 
-            turn = iter(range(10**9))
+            await recall(questions[n % len(questions)])  # warm: the session, the server's client
+            await ready.wait()
+            await go.wait()
+            await _reads(recall, questions, left, timings, offset=n)
 
-            async def read(text: str) -> float | None:  # each caller's reads on its own session, in turn
-                return await read_with(clients[next(turn) % callers], text)
+    async with mcp_server() as url:
+        tasks = [asyncio.create_task(caller(url, n)) for n in range(callers)]
+        await ready.wait()
+        started = time.perf_counter()
+        go.set()
+        await asyncio.gather(*tasks)
+        timings.wall_s = time.perf_counter() - started
+    return timings
 
-            await closed_loop(read, questions, callers=callers, reads=callers * 2)  # warm the sessions
-            return await closed_loop(read, questions, callers=callers, reads=reads)
-        finally:
-            for c in clients:
-                await c.__aexit__(None, None, None)
+
+def cpu_per_read(settings: Settings, before: CpuSnapshot, reads: int) -> dict[str, float]:
+    """CPU milliseconds per read each process spent since `before` (this stack's by service name)."""
+    report_ = cpu_report(settings, before, CpuSnapshot.take())
+    return {row["process"]: round(1000 * row["cpu_s"] / max(1, reads), 2)  # type: ignore[index]
+            for row in report_["top_processes"]}  # type: ignore[union-attr]
 
 
-async def measure(settings: Settings, *, reads: int, concurrency: list[int]) -> dict[str, Any]:
+async def profiled(settings: Settings, read: Read, questions: list[str], *, seconds: float) -> dict[str, Any]:
+    """8 callers for about `seconds` while py-spy samples the answer worker and this process (the client),
+    and each process's CPU time per read is counted."""
+    worker_pid = managed_pid(settings, "worker-answer")
+    timings, left = Timings(), iter(range(10**9))
+    before = CpuSnapshot.take()
+    callers = [asyncio.create_task(_reads(read, questions, left, timings, offset=n)) for n in range(8)]
+    try:
+        worker, client = await asyncio.gather(
+            asyncio.to_thread(py_spy.profile, worker_pid, seconds) if worker_pid else asyncio.sleep(0),
+            asyncio.to_thread(py_spy.profile, os.getpid(), seconds))
+    finally:
+        for task in callers:
+            task.cancel()
+        await asyncio.gather(*callers, return_exceptions=True)
+    return {"answer_worker": worker, "client": client, "seconds": seconds, "reads": len(timings.caller_s),
+            "cpu_ms_per_read": cpu_per_read(settings, before, len(timings.caller_s))}
+
+
+async def measure(settings: Settings, *, reads: int, concurrency: list[int], profile_s: float) -> dict[str, Any]:
     turns = sample_turns()
     asked_at = asked_at_for(turns)
     questions = [q["question"] for q in sample_questions()]
     results: dict[str, Any] = {"in_process": {}, "caller": {}, "mcp": {}}
     for n in concurrency:
         print(f"in process, {n} at a time", flush=True)
+        before = CpuSnapshot.take()
         results["in_process"][f"concurrent_{n}"] = (await in_process(settings, questions, asked_at, callers=n,
                                                                       reads=reads)).summary()
+        results["in_process"][f"concurrent_{n}"]["cpu_ms_per_read"] = cpu_per_read(settings, before, reads + 20)
+        print(f"  {results['in_process'][f'concurrent_{n}']}", flush=True)
     async with EpistreamClient(settings) as client:
         read = client_read(client, asked_at)
         await closed_loop(read, questions, callers=4, reads=40)  # warm: the worker's partitions and pools
@@ -270,12 +305,18 @@ async def measure(settings: Settings, *, reads: int, concurrency: list[int]) -> 
             print(f"caller, {name}", flush=True)
             before = _profile_totals(settings)
             results["caller"][name] = (await run).summary() | {"worker": worker_profile(before, _profile_totals(settings))}
+            print(f"  {results['caller'][name]}", flush=True)
 
         await phase("idle", closed_loop(read, questions, callers=1, reads=reads // 2, pause_s=0.2))
         for n in concurrency:
             await phase(f"concurrent_{n}", closed_loop(read, questions, callers=n, reads=max(reads, 4 * n)))
+        if profile_s:
+            print(f"profile: 8 at a time for {profile_s:g}s, py-spy on the answer worker and the client", flush=True)
+            results["profile"] = await profiled(settings, read, questions, seconds=profile_s)
+            print(f"  {results['profile']}", flush=True)
         print("mcp, 8 at a time", flush=True)
         results["mcp"]["concurrent_8"] = (await mcp_phase(questions, callers=8, reads=reads)).summary()
+        print(f"  {results['mcp']['concurrent_8']}", flush=True)
         await phase("under_load", under_load(client, settings, questions, asked_at, reads=reads))
     return results
 
@@ -324,6 +365,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reads", type=int, default=200, help="reads per phase")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--results", type=Path, default=RESULTS)
+    p.add_argument("--profile-s", type=float, default=10.0,
+                   help="seconds of py-spy profiles of the answer worker and the client, 8 at a time (0: none)")
     return p.parse_args(argv)
 
 
@@ -334,9 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     asyncio.run(produce_turns(settings, sample_turns()))  # the demo's turns: stored once, however often sent
     wait_until_stored(settings, sample_turns())
     for name in ("model-server", "worker-enrich"):  # nothing of the demo's enrichment left running
-        wait_until_idle(managed_pid(settings, name), quiet_s=5)
+        wait_until_idle(managed_pid(settings, name), quiet_s=15)
     load_before = [round(x, 2) for x in os.getloadavg()]
-    measured = asyncio.run(measure(settings, reads=args.reads, concurrency=sorted(set(args.concurrency) | {1, 8})))
+    measured = asyncio.run(measure(settings, reads=args.reads, concurrency=sorted(set(args.concurrency) | {1, 8}),
+                                   profile_s=args.profile_s))
     result = {"machine": report.machine_info(ROOT), "load_before": load_before, "budget_tokens": BUDGET,
               "tenant": TENANT, **measured,
               "settings": {"answer_read_concurrency": settings.answer_read_concurrency,

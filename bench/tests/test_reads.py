@@ -45,3 +45,16 @@ def test_the_goals_compare_the_caller_with_the_machines_own_capacity():
     assert met["caller.idle p95 <= 40 ms"] and met["caller.concurrent_8 reads/s >= 0.8 x in_process"]
     assert met["caller.concurrent_8 p95 <= 1.5 x in_process"] and met["mcp.concurrent_8 within 1.2 x caller"]
     assert not met["caller.under_load p95 <= 200 ms"]
+
+
+def test_a_profile_counts_each_sample_by_its_innermost_known_frame():
+    from bench.py_spy import shares
+
+    collapsed = "\n".join([
+        "run (asyncio/base_events.py:1);getmany (aiokafka/consumer/consumer.py:2) 30",
+        "run (asyncio/base_events.py:1);read_context (consumers/context.py:3);execute (psycopg/cursor.py:4) 50",
+        "run (asyncio/base_events.py:1);read_context (consumers/context.py:3);pack (consumers/packing.py:5) 20",
+        "garbage line",
+    ])
+    assert shares(collapsed) == {"PostgreSQL driver (psycopg)": 0.5, "Kafka client (aiokafka)": 0.3,
+                                 "the read (consumers/)": 0.2}
