@@ -65,12 +65,15 @@ class Timings:
     caller_s: list[float] = field(default_factory=list)
     worker_ms: list[float] = field(default_factory=list)
     wall_s: float = 0.0
+    cpu_ms_per_read: dict[str, float] | None = None  # by process, where counted
 
     def summary(self) -> dict[str, float | int]:
         ms = np.array(self.caller_s) * 1000
         out: dict[str, float | int] = {"p50_ms": round(float(np.percentile(ms, 50)), 1),
                                        "p95_ms": round(float(np.percentile(ms, 95)), 1),
                                        "reads_per_s": round(len(ms) / self.wall_s, 1), "reads": len(ms)}
+        if self.cpu_ms_per_read is not None:
+            out["cpu_ms_per_read"] = self.cpu_ms_per_read  # type: ignore[assignment]
         if self.worker_ms:
             out |= {"worker_p50_ms": round(float(np.percentile(self.worker_ms, 50)), 1),
                     "worker_p95_ms": round(float(np.percentile(self.worker_ms, 95)), 1)}
@@ -150,7 +153,10 @@ async def in_process(settings: Settings, questions: list[str], asked_at: datetim
             return None
 
         await closed_loop(read, questions, callers=callers, reads=min(reads, 20))  # warm: pool, caches
-        return await closed_loop(read, questions, callers=callers, reads=reads)
+        before = CpuSnapshot.take()
+        timings = await closed_loop(read, questions, callers=callers, reads=reads)
+        timings.cpu_ms_per_read = cpu_per_read(settings, before, reads)  # before the pool's backends exit
+        return timings
     finally:
         await shared.close()
 
@@ -292,10 +298,8 @@ async def measure(settings: Settings, *, reads: int, concurrency: list[int], pro
     results: dict[str, Any] = {"in_process": {}, "caller": {}, "mcp": {}}
     for n in concurrency:
         print(f"in process, {n} at a time", flush=True)
-        before = CpuSnapshot.take()
         results["in_process"][f"concurrent_{n}"] = (await in_process(settings, questions, asked_at, callers=n,
                                                                       reads=reads)).summary()
-        results["in_process"][f"concurrent_{n}"]["cpu_ms_per_read"] = cpu_per_read(settings, before, reads + 20)
         print(f"  {results['in_process'][f'concurrent_{n}']}", flush=True)
     async with EpistreamClient(settings) as client:
         read = client_read(client, asked_at)
