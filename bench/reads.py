@@ -296,11 +296,6 @@ async def measure(settings: Settings, *, reads: int, concurrency: list[int], pro
     asked_at = asked_at_for(turns)
     questions = [q["question"] for q in sample_questions()]
     results: dict[str, Any] = {"in_process": {}, "caller": {}, "mcp": {}}
-    for n in concurrency:
-        print(f"in process, {n} at a time", flush=True)
-        results["in_process"][f"concurrent_{n}"] = (await in_process(settings, questions, asked_at, callers=n,
-                                                                      reads=reads)).summary()
-        print(f"  {results['in_process'][f'concurrent_{n}']}", flush=True)
     async with EpistreamClient(settings) as client:
         read = client_read(client, asked_at)
         await closed_loop(read, questions, callers=4, reads=40)  # warm: the worker's partitions and pools
@@ -312,15 +307,22 @@ async def measure(settings: Settings, *, reads: int, concurrency: list[int], pro
             print(f"  {results['caller'][name]}", flush=True)
 
         await phase("idle", closed_loop(read, questions, callers=1, reads=reads // 2, pause_s=0.2))
+        # Each concurrency in process, then through Kafka (then MCP) right after: a drift of the machine's
+        # speed (its cores are shared with other machines) falls on the pair alike.
         for n in concurrency:
+            print(f"in process, {n} at a time", flush=True)
+            results["in_process"][f"concurrent_{n}"] = (await in_process(settings, questions, asked_at, callers=n,
+                                                                          reads=reads)).summary()
+            print(f"  {results['in_process'][f'concurrent_{n}']}", flush=True)
             await phase(f"concurrent_{n}", closed_loop(read, questions, callers=n, reads=max(reads, 4 * n)))
+            if n == 8:
+                print("mcp, 8 at a time", flush=True)
+                results["mcp"]["concurrent_8"] = (await mcp_phase(questions, callers=8, reads=reads)).summary()
+                print(f"  {results['mcp']['concurrent_8']}", flush=True)
         if profile_s:
             print(f"profile: 8 at a time for {profile_s:g}s, py-spy on the answer worker and the client", flush=True)
             results["profile"] = await profiled(settings, read, questions, seconds=profile_s)
             print(f"  {results['profile']}", flush=True)
-        print("mcp, 8 at a time", flush=True)
-        results["mcp"]["concurrent_8"] = (await mcp_phase(questions, callers=8, reads=reads)).summary()
-        print(f"  {results['mcp']['concurrent_8']}", flush=True)
         await phase("under_load", under_load(client, settings, questions, asked_at, reads=reads))
     return results
 
