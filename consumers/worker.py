@@ -307,4 +307,7 @@ def run_worker(settings: Settings) -> None:
             loop.add_signal_handler(sig, stop.set)
         await run(settings, stop=stop)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        tracing.shutdown()

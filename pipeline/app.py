@@ -20,7 +20,7 @@ from epistream.settings.processes import Settings
 from epistream.storage.watermarks import forget_beyond_the_log
 
 from . import bootstrap, erasure, housekeeping, outbox
-from .bootstrap import LagReading, WorkerApp, WorkerResources
+from .bootstrap import LagReading, WorkerApp, WorkerResources, send_delivered
 from .checkpoint import Acknowledge, Checkpoint
 from .ingest import IngestResult, ingest_batch
 from .records import RawRecord
@@ -58,8 +58,7 @@ class IndexerSends:
     dead_letters: faust.TopicT
 
     async def dead_letter(self, key: bytes | None, value: bytes) -> None:
-        delivery = await self.dead_letters.send(key=key, value=value)
-        await delivery
+        await send_delivered(self.dead_letters, key, value)
 
     async def segment(self, key: bytes, value: bytes) -> None:
         # Faust's send returns the delivery future: the outbox marks a segment published only after it.

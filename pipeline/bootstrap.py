@@ -143,6 +143,13 @@ class WorkerApp(Generic[R]):
                                                                               self.metrics), self.metrics)
 
 
+async def send_delivered(topic: faust.TopicT, key: bytes | None, value: bytes) -> None:
+    """Send one record and wait until the broker has it: whoever acknowledges a record after its dead
+    letter (checkpoint.py's rule) does so only once the letter is delivered, not merely queued."""
+    delivery = await topic.send(key=key, value=value)
+    await delivery
+
+
 class LagReading:
     """The group's lag as one timer tick reads it: None until read, or when the broker could not say
     (the stall guard then waits for the next tick)."""
@@ -169,4 +176,7 @@ def run_worker(settings: Settings, *, service: str, create_app: Callable[[Settin
     metrics = Metrics.create()
     app = create_app(settings, metrics)
     worker = faust.Worker(app, loglevel="INFO", quiet=True)
-    worker.execute_from_commandline()
+    try:
+        worker.execute_from_commandline()
+    finally:
+        tracing.shutdown()

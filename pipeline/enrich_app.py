@@ -25,7 +25,7 @@ from epistream.ops.resources import Resources
 from epistream.settings.processes import Settings
 
 from . import bootstrap
-from .bootstrap import WorkerApp, WorkerResources
+from .bootstrap import WorkerApp, WorkerResources, send_delivered
 from .breaker import CircuitBreaker
 from .enrich import STAGE, EnrichDeps, EnrichOutcome, enrich_segment, retry_waiting
 from .records import RawRecord
@@ -69,7 +69,8 @@ class Enricher:
     dead_letters: faust.TopicT
 
     async def send_dead(self, key: bytes | None, value: bytes) -> None:
-        await self.dead_letters.send(key=key, value=value)
+        # Delivered before the segment is acknowledged (it was only queued before: a crash lost the letter).
+        await send_delivered(self.dead_letters, key, value)
 
     def process_span(self, record: RawRecord) -> AbstractContextManager[object]:
         """One record, one process span: the child of the segment's send, in the trace of its turn."""

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 import faust
 from faust.types import TP
 
+from epistream.core import tracing
 from epistream.core.metrics import Metrics
 from epistream.messaging.kafka_io import PartitionLag
 
@@ -116,5 +117,6 @@ async def seek_back_if_stalled(app: faust.App, guard: StallGuard, lag: Partition
               "its supervisor) from the committed offsets", app.conf.id, where)
     # Not a graceful stop: that waits for every record the consumer holds unacknowledged to be
     # acknowledged, and a dropped one never is. Nothing is in flight, and what is not committed is read again.
+    tracing.shutdown()  # os._exit skips the exporter's own exit hook: the spans of the stall go out first
     logging.shutdown()
     os._exit(EXIT_STALLED)

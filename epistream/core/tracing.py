@@ -97,11 +97,16 @@ def setup(service: str, *, texts: bool = False, environ: Mapping[str, str] | Non
     return True
 
 
-def shutdown() -> None:
-    """Flush and stop the exporter (a worker that exits by a signal may skip the SDK's own exit hook)."""
+def shutdown(timeout_s: float = 5.0) -> None:
+    """Flush the spans not yet exported (for at most `timeout_s`: a collector that is down must not hold
+    an exiting worker) and stop the exporter. Every worker calls it on its way out, `os._exit` included,
+    which skips the SDK's own exit hook."""
     if _tracer is None:
         return
     provider = trace.get_tracer_provider()
+    flush = getattr(provider, "force_flush", None)
+    if flush is not None:
+        flush(int(timeout_s * 1000))
     stop = getattr(provider, "shutdown", None)
     if stop is not None:
         stop()

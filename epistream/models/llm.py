@@ -91,8 +91,19 @@ def response_format(schema_model: type[BaseModel], mode: JsonMode) -> dict:
 
 
 def endpoint_name(base_url: str) -> str:
+    """host:port of a model endpoint, for metric labels, spans and logs: never its user or password
+    (a URL may carry them: `http://user:secret@host/v1`), never its path or query."""
     parsed = urlsplit(base_url)
-    return parsed.netloc or base_url
+    if not parsed.hostname:
+        return "unparsable-endpoint"  # the URL itself could be a secret: never echo it
+    host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
+    return f"{host}:{parsed.port}" if parsed.port else host
+
+
+def shown_url(base_url: str) -> str:
+    """A model endpoint's URL as it may be shown (status lines, errors): its scheme, host:port and path."""
+    parsed = urlsplit(base_url)
+    return f"{parsed.scheme}://{endpoint_name(base_url)}{parsed.path}" if parsed.scheme else endpoint_name(base_url)
 
 
 def _server_absent(exc: BaseException) -> bool:

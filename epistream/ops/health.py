@@ -41,7 +41,7 @@ from epistream.messaging.kafka_io import (
     worker_client_prefix,
 )
 from epistream.messaging.topics import ensure_topics
-from epistream.models.llm import create_client, endpoint_name, response_format
+from epistream.models.llm import create_client, endpoint_name, response_format, shown_url
 from epistream.settings.embedder_cards import TURN_EMBEDDING_VERSION
 from epistream.settings.processes import Settings
 from epistream.storage.db import database_url
@@ -186,7 +186,7 @@ async def probe_model(settings: Settings, base_url: str, *, service: str = "mode
         )
         if not response.choices:
             return Health.DOWN, "completion returned no choice"
-        return Health.UP, f"one-token completion ({settings.llm_json_mode.value} JSON mode) from {base_url}"
+        return Health.UP, f"one-token completion ({settings.llm_json_mode.value} JSON mode) from {shown_url(base_url)}"
 
     try:
         probe = await _timed(service, timeout_s + 1.0, work)

@@ -6,6 +6,7 @@ standby's when one is configured) and the embedder and hands out model clients;
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Literal, TypedDict, Unpack
 
@@ -75,12 +76,19 @@ class Resources:
         workers) reads from the primary even when a standby is configured."""
         pool = await open_pool(settings)
         read_url = read_database_url(settings) if standby_reads else None
+        read_pool = pool
         try:
-            read_pool = await open_pool(settings, url=read_url, name="epistream-reads") if read_url else pool
+            if read_url:
+                read_pool = await open_pool(settings, url=read_url, name="epistream-reads")
+            # Fetching, checking (sha256) and loading the model takes seconds: off the event loop, whose
+            # pools and Kafka clients keep their heartbeats meanwhile.
+            embedder = await asyncio.to_thread(Embedder.from_settings, settings)
         except BaseException:
+            if read_pool is not pool:
+                await read_pool.close()
             await pool.close()
             raise
-        return cls(settings, metrics or Metrics.create(), pool, Embedder.from_settings(settings), read_pool)
+        return cls(settings, metrics or Metrics.create(), pool, embedder, read_pool)
 
     def model(self, role: Role, **overrides: Unpack[ModelOverrides]) -> ModelClient:
         return model_client(self.settings, role, self.metrics, **overrides)

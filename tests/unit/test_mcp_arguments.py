@@ -104,6 +104,20 @@ def test_written_positions_keep_the_latest_per_conversation_and_a_read_waits_for
     assert written.after(["a", "c5"]) == [at("a", 1, 10)]
 
 
+def test_written_positions_stay_bounded_and_a_folded_conversation_still_waits_for_its_write():
+    def at(conversation: str, partition: int, offset: int) -> Position:
+        return Position(conversation_id=conversation, partition=partition, offset=offset)
+
+    written = Written(max_conversations=100)
+    for n in range(10_000):
+        written.note({f"c{n}": at(f"c{n}", n % 3, n)})
+    assert len(written) <= 100 + 3  # the conversations kept, and one floor a partition
+    # c5 was folded long ago: a read of it waits for its partition's floor, an offset past its own.
+    (floor,) = [p for p in written.after(["c5"]) if p.partition == 5 % 3]
+    assert floor.offset >= 5
+    assert written.after(["c9999"]) == [at("c9999", 0, 9999)]  # kept: its own position alone
+
+
 def test_the_tenant_key_setting_must_be_hex(monkeypatch):
     monkeypatch.setenv("EPISTREAM_MCP_TENANT_KEY", "ab01")
     assert McpServerSettings().mcp_key == b"\xab\x01"

@@ -14,6 +14,7 @@ The positions come from the client's `produce_turns` and go back as the `after` 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from threading import Lock
 from typing import Literal
@@ -28,12 +29,23 @@ from epistream.contracts.turns import Turn
 from epistream.settings.processes import ClientSettings
 
 
-class Written:
-    """The latest position produced for each conversation by this server."""
+#: The conversations `Written` keeps a position of its own for; older ones fold into a per-partition floor.
+MAX_CONVERSATIONS = 10_000
 
-    def __init__(self) -> None:
-        self._latest: dict[str, Position] = {}
-        self._lock = Lock()  # tools run concurrently (HTTP); the dict is tiny, the lock never waits long
+
+class Written:
+    """The latest position produced for each conversation by this server, for the `MAX_CONVERSATIONS`
+    conversations written last; the positions of those written earlier are folded, per partition, into
+    the highest offset any of them reached (a floor). Waiting for a later offset of the same partition is
+    never wrong (stored through an offset is stored through every earlier one of its partition), only
+    possibly longer, so a server that writes to many conversations holds bounded memory and its reads
+    stay right."""
+
+    def __init__(self, max_conversations: int = MAX_CONVERSATIONS) -> None:
+        self._latest: OrderedDict[str, Position] = OrderedDict()  # least recently written first
+        self._floor: dict[int, Position] = {}  # partition -> the highest position folded out of _latest
+        self._max = max_conversations
+        self._lock = Lock()  # tools run concurrently (HTTP); the dict is small, the lock never waits long
 
     def note(self, positions: Mapping[str, Position]) -> None:
         with self._lock:
@@ -42,15 +54,27 @@ class Written:
                 # A conversation keeps its partition (it is the key); a later offset supersedes an earlier one.
                 if known is None or known.partition != position.partition or position.offset > known.offset:
                     self._latest[conversation_id] = position
+                self._latest.move_to_end(conversation_id)
+            while len(self._latest) > self._max:
+                _, folded = self._latest.popitem(last=False)
+                floor = self._floor.get(folded.partition)
+                if floor is None or folded.offset > floor.offset:
+                    self._floor[folded.partition] = folded
+
+    def __len__(self) -> int:
+        return len(self._latest) + len(self._floor)
 
     def after(self, conversation_ids: Sequence[str] | None) -> list[Position]:
         """The positions a read of these conversations (None: all of them) must wait for: the latest of
         each partition, since stored through an offset is stored through every earlier one of its
         partition (epistream/storage/watermarks.py); so never more than the topic's partitions, whatever the
-        number of conversations (a question carries at most 1,000)."""
+        number of conversations (a question carries at most 1,000). A conversation folded into the
+        floors waits for them."""
         with self._lock:
-            wanted = self._latest.values() if conversation_ids is None else (
-                self._latest[c] for c in conversation_ids if c in self._latest)
+            wanted = list(self._latest.values() if conversation_ids is None else (
+                self._latest[c] for c in conversation_ids if c in self._latest))
+            if conversation_ids is None or any(c not in self._latest for c in conversation_ids):
+                wanted += self._floor.values()
             latest: dict[int, Position] = {}
             for position in wanted:
                 if position.partition not in latest or position.offset > latest[position.partition].offset:
