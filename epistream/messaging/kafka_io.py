@@ -374,13 +374,25 @@ async def consumer_lag(settings: ClientSettings, group: str, topics: list[str]) 
     return lag_by_topic(await partition_lag(settings, group, topics), topics)
 
 
+#: How often an unavailable consumer lag is logged (each failure is counted in epistream_task_failures_total).
+LAG_WARNING_EVERY_S = 300.0
+_lag_warned: dict[str, float] = {}  # group -> when its unavailable lag was last logged (monotonic)
+
+
 async def report_lag(settings: ClientSettings, metrics: Metrics, group: str, topics: list[str]) -> PartitionLag | None:
     """Set `group`'s lag gauges and return its lag by partition (None when the broker could not say):
     lag is best-effort telemetry, never a reason to stop a worker."""
     try:
         by_partition = await partition_lag(settings, group, topics)
     except Exception as exc:
-        log.debug("consumer lag unavailable: %s", exc)
+        # Counted every time, said at most every LAG_WARNING_EVERY_S: a login without DescribeGroup, or a
+        # broker away, turns the lag off and with it the stall guard and the stale-mark check that read it.
+        metrics.task_failures.labels("consumer_lag", type(exc).__name__).inc()
+        now = time.monotonic()
+        if now - _lag_warned.get(group, -LAG_WARNING_EVERY_S) >= LAG_WARNING_EVERY_S:
+            _lag_warned[group] = now
+            log.warning("consumer lag of %s unavailable (%s: %s): the stall guard and the stale-mark check wait "
+                        "for it", group, type(exc).__name__, exc)
         return None
     for topic, value in lag_by_topic(by_partition, topics).items():
         metrics.consumer_lag.labels(group, topic).set(value)

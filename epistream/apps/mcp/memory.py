@@ -28,7 +28,6 @@ from epistream.contracts.replies import Answer, MemoryContext
 from epistream.contracts.turns import Turn
 from epistream.settings.processes import ClientSettings
 
-
 #: The conversations `Written` keeps a position of its own for; older ones fold into a per-partition floor.
 MAX_CONVERSATIONS = 10_000
 
