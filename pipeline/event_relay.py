@@ -100,8 +100,7 @@ class EventRelay:
             try:
                 return await self._publish(conn)
             finally:
-                async with conn.transaction():
-                    await conn.execute(UNLOCK, (_LOCK_KEY,))
+                await _unlock(conn)
 
     async def _publish(self, conn: AsyncConnection) -> int:
         published = 0
@@ -179,6 +178,18 @@ class EventRelay:
         if self._producer is not None:
             producer, self._producer = self._producer, None
             await producer.stop()
+
+
+async def _unlock(conn: AsyncConnection) -> None:
+    """Release the session's relay lock. If that fails (the connection broke, the round was cancelled
+    mid-call), the connection is closed instead: a pooled connection must never go back holding the
+    lock, or every relay would wait for it for as long as the pool keeps it."""
+    try:
+        async with conn.transaction():
+            await conn.execute(UNLOCK, (_LOCK_KEY,))
+    except BaseException:
+        await conn.close()  # the session ends, and its lock with it; the pool discards a closed connection
+        raise
 
 
 async def _settled(deliveries: Sequence[asyncio.Future[object]], timeout_s: float) -> list[object]:

@@ -14,6 +14,12 @@ from epistream.contracts.turns import Turn
 
 from ..records import RawRecord
 
+# Events of one tenant take their `seq` in commit order: a transaction adding events holds the tenant's
+# outbox lock from its first event to its commit, so a later one waits and takes a later seq. Without it
+# a transaction that took seq 100 could commit after one that took 101, and the relay publish 101 before
+# 100 exists (issue 39). Held only for the tail of the transaction (events are added last).
+TENANT_ORDER_LOCK = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+OUTBOX_LOCK_CLASS = 0x6F62  # "ob": this lock's class (the relay's lock is a one-key lock)
 # A replay of the same change finds its event already there (same id): nothing is added.
 ADD_EVENT = """
 INSERT INTO memory.event_outbox (tenant, event_id, conversation_id, payload) VALUES (%s, %s, %s, %s)
@@ -44,7 +50,10 @@ async def now(conn: AsyncConnection) -> datetime:
 
 
 async def add(conn: AsyncConnection, events: Sequence[MemoryEvent]) -> None:
-    """Call inside the transaction (and tenant scope) of the change the events announce."""
+    """Call inside the transaction (and tenant scope) of the change the events announce, at its end
+    (the tenant's outbox lock is held from here to the commit)."""
+    for tenant in sorted({event.tenant for event in events}):  # sorted: two transactions never lock crosswise
+        await conn.execute(TENANT_ORDER_LOCK, (OUTBOX_LOCK_CLASS, tenant))
     for event in events:
         await conn.execute(ADD_EVENT, (event.tenant, event.event_id, event.conversation_id or "",
                                        Jsonb(event.model_dump(mode="json", exclude_none=True))))

@@ -14,7 +14,9 @@ from kafka import KafkaConsumer, TopicPartition
 from epistream.core.metrics import Metrics
 from epistream.messaging.topics import create_topic
 from epistream.pipeline.event_relay import EventRelay
-from epistream.pipeline.store.forget import forget
+from epistream.pipeline.store import events
+from epistream.pipeline.store.forget import forget, forgotten_event
+from epistream.storage.db import tenant_scope
 
 pytestmark = pytest.mark.integration
 
@@ -123,3 +125,28 @@ async def test_events_left_by_a_broker_outage_go_out_in_order_once_it_is_back(ka
     assert len(await _outbox(pool, tenant)) == 3  # within the hour kept by default
     await EventRelay(settings.with_overrides(events_keep_s=0), lambda: pool, Metrics.create()).prune()
     assert await _outbox(pool, tenant) == []
+
+
+async def _announce(conn, tenant: str, conversation: str) -> None:
+    """A change's event, added as every writer adds it: at the end of its transaction, in its tenant's scope."""
+    async with tenant_scope(conn, tenant):
+        await events.add(conn, [forgotten_event(tenant, conversation, await events.now(conn))])
+
+
+async def test_a_tenants_events_take_their_order_from_their_commits(postgres, pool, unique):
+    """Two transactions announcing changes of one tenant: the second waits at its event until the first
+    commits, so it takes the later seq and commits later: the relay, reading in seq order, can never meet
+    a seq whose transaction is still to commit before a smaller one (issue 39). Another tenant's writer
+    is not held up."""
+    tenant, other = unique("tenant-a"), unique("tenant-b")
+    async with pool.connection() as first, pool.connection() as second, pool.connection() as third:
+        async with first.transaction():
+            await _announce(first, tenant, "conv-first")  # holds the tenant's outbox lock to the commit
+            later = asyncio.create_task(_announce(second, tenant, "conv-second"))
+            await asyncio.wait_for(_announce(third, other, "conv-other"), timeout=10)
+            await asyncio.sleep(1.0)
+            assert not later.done(), "a second writer of the tenant took a seq before the first committed"
+            assert await _outbox(pool, tenant) == []  # nothing of either is visible yet
+        await asyncio.wait_for(later, timeout=30)
+    assert await _outbox(pool, tenant) == [("conv-first", False), ("conv-second", False)]
+    assert await _outbox(pool, other) == [("conv-other", False)]
