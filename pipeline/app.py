@@ -150,7 +150,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         events_of = cast("faust.Stream[TurnEvent]", stream)
         checkpoint = indexer.checkpoint(stream.ack)
         async for events in events_of.noack_take(settings.ingest_batch, within=settings.ingest_batch_within_s):
-            with worker.stall_guard.handling(len(events)):
+            with worker.stall_guard.handling((e.message.topic, e.message.partition) for e in events):
                 await checkpoint.store_then_ack(events)
             relay.wake()  # the batch's memory events are committed: out with them
 

@@ -133,7 +133,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
         manual = cast("faust.Stream[bytes]", stream).noack()
         async for event in manual.events():
             record = RawRecord.from_faust(event)
-            with worker.stall_guard.handling(), enricher.process_span(record):
+            with worker.stall_guard.handling([(record.topic, record.partition)]), enricher.process_span(record):
                 await enricher.process(record)
                 await manual.ack(event)
             relay.wake()  # what the enrichment stored is committed, its events with it

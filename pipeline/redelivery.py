@@ -7,8 +7,9 @@ the session timeout: the worker rejoined its group with the same partitions, its
 the segments behind the committed offset waited until the broker went away again.
 
 The guard notices the symptom from outside Faust, so it does not depend on which path dropped them: a
-partition of this worker whose committed offset trails the end of the log, has not moved for
-`stall_s`, while the worker's agent holds no record in flight. Then that partition is sought back to its
+partition of this worker whose committed offset (the log's start, when retention deleted past it or
+the group never committed) trails the end of the log, has not moved for `stall_s`, while the worker's
+agent holds no record of that partition in flight. Then that partition is sought back to its
 committed offset (as Faust does after a rebalance) and the records come again. Stalled again at the
 same offset after that, the consumer itself is stuck: the process exits and its supervisor starts a
 fresh one, which reads from the committed offsets. A record handled twice is harmless: every handler
@@ -21,6 +22,7 @@ import contextlib
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 
 import faust
@@ -40,38 +42,44 @@ EXIT_STALLED = 70  # EX_SOFTWARE: the supervisor (or the orchestrator) starts th
 
 
 class StallGuard:
-    """Counts the records an agent holds (`handling`), and tells from the group's lag what to do about
-    the partitions that stalled (`verdict`)."""
+    """Counts the records an agent holds, per partition (`handling`), and tells from the group's lag
+    what to do about the partitions that stalled (`verdict`)."""
 
     def __init__(self, stall_s: float = STALL_S) -> None:
         self.stall_s = stall_s
-        self.in_flight = 0
+        self._held: Counter[tuple[str, int]] = Counter()  # (topic, partition) -> records in flight
         # (topic, partition) -> (its committed offset, when it was first seen trailing at that offset)
         self._trailing: dict[tuple[str, int], tuple[int, float]] = {}
         # (topic, partition) -> the committed offset it was sought back to
         self._sought: dict[tuple[str, int], int] = {}
 
+    @property
+    def in_flight(self) -> int:
+        return sum(self._held.values())
+
     @contextlib.contextmanager
-    def handling(self, count: int = 1) -> Iterator[None]:
-        """Around the handling of `count` records, from their arrival until they are acknowledged."""
-        self.in_flight += count
+    def handling(self, partitions: Iterable[tuple[str, int]]) -> Iterator[None]:
+        """Around the handling of records of `partitions` (one entry a record), from their arrival until
+        they are acknowledged."""
+        held = Counter((str(t), int(p)) for t, p in partitions)
+        self._held.update(held)
         try:
             yield
         finally:
-            self.in_flight -= count
+            self._held.subtract(held)
+            self._held = +self._held  # drop the zeros: the counter stays as small as what is in flight
 
     def stalled(self, lag: PartitionLag, assigned: Iterable[tuple[str, int]], now: float) -> list[tuple[str, int]]:
-        """The assigned partitions that trail at one committed offset for `stall_s` with nothing in flight
-        (then forgotten: each is timed afresh). A record in flight restarts every clock: the agent is
-        working, and what it works on may be what the committed offset waits for."""
+        """The assigned partitions that trail at one committed offset for `stall_s` with none of their
+        records in flight (then forgotten: each is timed afresh). A partition's record in flight restarts
+        its clock, and only its: the agent is working on it, while another partition may sit dropped
+        however busy the worker is."""
         mine = {(str(t), int(p)) for t, p in assigned}
-        if self.in_flight:
-            self._trailing.clear()
-            return []
-        trailing = {tp: seen for tp, seen in lag.items() if tp in mine and seen[0] < seen[1]}
+        trailing = {tp: seen for tp, seen in lag.items()
+                    if tp in mine and seen[0] < seen[1] and not self._held.get(tp)}
         for tp in list(self._trailing):
             if tp not in trailing or self._trailing[tp][0] != trailing[tp][0]:
-                del self._trailing[tp]  # caught up, moved on, or no longer this worker's
+                del self._trailing[tp]  # caught up, moved on, in flight, or no longer this worker's
         for tp, (committed, _) in trailing.items():
             self._trailing.setdefault(tp, (committed, now))
         stalled = sorted(tp for tp, (_, since) in self._trailing.items() if now - since >= self.stall_s)

@@ -340,7 +340,8 @@ PartitionLag = dict[tuple[str, int], tuple[int, int]]
 
 
 async def partition_lag(settings: ClientSettings, group: str, topics: list[str]) -> PartitionLag:
-    """Per partition of `topics`, `group`'s committed offset (0 when none) and the end of the log."""
+    """Per partition of `topics`, where `group` stands (its committed offset; the log's start when it
+    committed none, or one retention has deleted since: the group reads from there) and the end of the log."""
     admin = create_admin(settings)
     consumer = create_consumer(settings, group_id=None, enable_auto_commit=False)
     try:
@@ -349,6 +350,7 @@ async def partition_lag(settings: ClientSettings, group: str, topics: list[str])
         committed = await admin.list_consumer_group_offsets(group)
         # The admin that reads the committed offsets names the partitions too: no client per topic.
         partitions = [TopicPartition(t, p) for t, numbers in (await topic_partitions(admin, topics)).items() for p in numbers]
+        starts = await consumer.beginning_offsets(partitions)
         ends = await consumer.end_offsets(partitions)
     finally:
         # Both, whether or not they started (a client that failed to start still holds its connections).
@@ -357,7 +359,8 @@ async def partition_lag(settings: ClientSettings, group: str, topics: list[str])
     lag: PartitionLag = {}
     for tp, end in ends.items():
         meta = committed.get(tp)
-        lag[(tp.topic, tp.partition)] = (meta.offset if meta is not None and meta.offset >= 0 else 0, end)
+        at = meta.offset if meta is not None and meta.offset >= 0 else 0
+        lag[(tp.topic, tp.partition)] = (max(at, starts[tp]), end)
     return lag
 
 

@@ -43,7 +43,7 @@ def create_app(settings: Settings, topic: str, group: str, handled: Path, stall_
             if always or where not in dropped:
                 dropped.add(where)  # neither handled nor acknowledged, and not in flight
                 continue
-            with guard.handling():
+            with guard.handling([(event.message.topic, event.message.partition)]):
                 with handled.open("a") as out:
                     out.write(bytes(event.value).decode() + "\n")
                 await manual.ack(event)

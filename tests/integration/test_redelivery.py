@@ -12,9 +12,11 @@ import time
 import uuid
 
 import pytest
+from aiokafka import TopicPartition
+from aiokafka.admin.records_to_delete import RecordsToDelete
 from kafka import KafkaProducer
 
-from epistream.messaging.kafka_io import partition_lag
+from epistream.messaging.kafka_io import create_admin, partition_lag
 from epistream.messaging.topics import create_topic
 from epistream.pipeline.redelivery import EXIT_STALLED
 
@@ -86,3 +88,29 @@ def _stop(worker: subprocess.Popen) -> None:  # type: ignore[type-arg]
 
 def _lines(path) -> list[str]:  # type: ignore[no-untyped-def]
     return path.read_text().splitlines() if path.exists() else []
+
+
+def test_a_group_behind_the_logs_start_stands_at_the_start_not_at_zero(kafka):
+    """Retention deleted the records a group never read (or never committed for): the group reads from
+    the log's start, so that is where it stands; counted at 0 it would trail forever and its worker
+    exit for a fresh start every two minutes (issue 39)."""
+    run = uuid.uuid4().hex[:8]
+    topic = f"log-start-{run}"
+    asyncio.run(create_topic(kafka, topic, partitions=1))
+    producer = KafkaProducer(bootstrap_servers=kafka.kafka_bootstrap)
+    try:
+        for n in range(5):
+            producer.send(topic, value=f"old {n}".encode(), partition=0).get(timeout=30)
+    finally:
+        producer.close()
+
+    async def delete_before(offset: int) -> None:
+        admin = create_admin(kafka)
+        await admin.start()
+        try:
+            await admin.delete_records({TopicPartition(topic, 0): RecordsToDelete(before_offset=offset)})
+        finally:
+            await admin.close()
+
+    asyncio.run(delete_before(5))  # as retention would: the log now starts at 5
+    assert asyncio.run(partition_lag(kafka, f"never-committed-{run}", [topic])) == {(topic, 0): (5, 5)}

@@ -30,11 +30,22 @@ def test_progress_catching_up_or_a_record_in_flight_restarts_the_clock():
     guard.stalled({P0: (4, 6)}, MINE, now=200)
     assert guard.stalled({P0: (6, 6)}, MINE, now=230) == []  # caught up
     assert guard.stalled({P0: (6, 7)}, MINE, now=240) == []
-    with guard.handling():
+    with guard.handling([P0]):
         assert guard.stalled({P0: (6, 7)}, MINE, now=400) == []  # a record in flight: the agent is working
     assert guard.in_flight == 0
     assert guard.stalled({P0: (6, 7)}, MINE, now=401) == []
     assert guard.stalled({P0: (6, 7)}, MINE, now=461) == [P0]
+
+
+def test_a_record_in_flight_restarts_only_its_own_partitions_clock():
+    """A busy worker (records of P1 always in flight) still finds P0 stalled (issue 39: one clock for all
+    partitions let a stuck partition wait as long as any other was busy)."""
+    guard = StallGuard(stall_s=60)
+    lag = {P0: (3, 5), P1: (10, 20)}
+    with guard.handling([P1, P1]):
+        assert guard.stalled(lag, MINE, now=0) == []
+        assert guard.stalled(lag, MINE, now=60) == [P0]
+    assert guard.in_flight == 0
 
 
 def test_partitions_of_other_workers_are_never_this_workers_to_seek():
@@ -46,7 +57,7 @@ def test_partitions_of_other_workers_are_never_this_workers_to_seek():
 def test_a_batch_counts_as_its_records_until_it_is_acknowledged_even_when_it_raised():
     guard = StallGuard()
     try:
-        with guard.handling(5):
+        with guard.handling([P0] * 4 + [P1]):
             assert guard.in_flight == 5
             raise RuntimeError("the batch failed")
     except RuntimeError:
