@@ -1,10 +1,19 @@
 """Records Faust fetched but never handed to an agent are fetched again.
 
-Faust can drop records around a rebalance: its stream skips a record of an older consumer generation
-(or one that arrives while flow is suspended) without acknowledging it, and nothing reads it again
-until the partition is next sought to its committed offset. Seen after a broker outage longer than
-the session timeout: the worker rejoined its group with the same partitions, its agent sat idle, and
-the segments behind the committed offset waited until the broker went away again.
+What Faust does (faust-streaming 0.15.3, read at issue 39): its consumer's `getmany`
+(faust/transport/consumer.py) stops yielding a fetched batch when flow control stops or the consumer's
+generation changes, and the fetcher's loop still sets its read offset for what it handed on, so copies
+fetched again below that offset are dropped as already read ("DROPPED MESSAGE ROFF"); and after a
+rebalance the table recovery (faust/tables/recovery.py, `_resume_streams`) can return on a generation
+mismatch with partitions paused and flow suspended. Those paths leave records neither handled nor
+acknowledged: the committed offset stops below them, and nothing reads them again until the partition
+is next sought to it. Seen after a broker outage longer than the session timeout: the worker rejoined
+its group with the same partitions, its agent sat idle, and the segments behind the committed offset
+waited until the broker went away again. A third path is worse and is not this guard's: a record the
+stream itself skips for an old generation or inactive flow (faust/streams.py, the generation check) is
+*acknowledged* on its way out, manual-ack streams included, so the commit may pass it: lost to the
+consumer, not stalled (the read-your-own-writes mark and the fault benchmark's invariants are what
+would show it).
 
 The guard notices the symptom from outside Faust, so it does not depend on which path dropped them: a
 partition of this worker whose committed offset (the log's start, when retention deleted past it or
