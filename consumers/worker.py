@@ -162,12 +162,24 @@ class AnswerLoop(ConsumerRebalanceListener):
     # -- one question: answered in its task, then published with whatever else is ready --
 
     async def _answer(self, tp: TopicPartition, owned: OwnedPartition, record: ConsumerRecord) -> None:
-        # One record, one process span (the child of the question's send, messaging conventions).
-        with tracing.span(f"process {record.topic}", kind="consumer", parent=tracing.extract(record.headers),
-                          attributes=tracing.messaging("process", "process", record.topic, partition=record.partition,
-                                                       offset=record.offset, group=self.group)):
-            outcome = await outcome_of(record, self.deps, self.topics, claims=self.claims,
-                                       give_up=lambda: not self._still_owns(tp, owned), slot=self.lanes.slot)
+        try:
+            # One record, one process span (the child of the question's send, messaging conventions).
+            with tracing.span(f"process {record.topic}", kind="consumer", parent=tracing.extract(record.headers),
+                              attributes=tracing.messaging("process", "process", record.topic,
+                                                           partition=record.partition, offset=record.offset,
+                                                           group=self.group)):
+                outcome = await outcome_of(record, self.deps, self.topics, claims=self.claims,
+                                           give_up=lambda: not self._still_owns(tp, owned), slot=self.lanes.slot)
+                if outcome is not None and outcome.answer is not None:  # in the question's trace (its log line)
+                    log.info("answered %s (%s, %.0f ms)", outcome.answer.question_id, mode_of(outcome.answer),
+                             outcome.answer.latency_ms)
+        except Exception as exc:  # outcome_of answers every failure itself: this is a bug of ours
+            log.exception("answering %s[%d]@%d failed outside the question's policy", tp.topic, tp.partition,
+                          record.offset)
+            if self._still_owns(tp, owned):  # its offset would stay open for good: read the partition again
+                await self._release(tp, cancel_publishing=False)
+                self._back_off(tp, owned.window.start, exc)
+            return
         if outcome is None or not self._still_owns(tp, owned):
             return  # stopping, or the partition moved on: its next owner answers the question once
         owned.window.finish(record.offset, outcome)
@@ -193,10 +205,7 @@ class AnswerLoop(ConsumerRebalanceListener):
             self.deps.metrics.answer_publish_seconds.observe(time.perf_counter() - started)
             owned.window.committed(batch)
             self.failures.pop(tp, None)
-            for _, outcome in batch.items:
-                if outcome.answer is not None:
-                    log.info("answered %s (%s, %.0f ms)", outcome.answer.question_id, mode_of(outcome.answer),
-                             outcome.answer.latency_ms)
+            log.debug("%s: published %d replies, committed through %d", tp, len(batch.items), batch.commit_offset)
 
     # -- losing a partition, failing, stopping --
 
@@ -214,7 +223,8 @@ class AnswerLoop(ConsumerRebalanceListener):
         if owned is None:
             return
         for task in owned.answering:
-            task.cancel()
+            if task is not asyncio.current_task():  # a task releasing its own partition finishes the release
+                task.cancel()
         publishing = owned.publishing
         if publishing is not None and publishing is not asyncio.current_task() and not publishing.done():
             if cancel_publishing:
