@@ -53,16 +53,8 @@ LOADS = ("idle", "idle path", "concurrent", "concurrent path")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.client_latency", description=__doc__.splitlines()[0])
-    p.add_argument("--turns", type=int, default=500, help="turns stored before the reads (default 500)")
-    p.add_argument("--reads", type=int, default=40, help="reads per variant and round, idle and per caller (default 40)")
-    p.add_argument("--rounds", type=int, default=2, help="rounds over the variants (default 2)")
-    p.add_argument("--port", type=int, default=9170, help="first of the two workers' metrics ports (default 9170)")
-    p.add_argument("--results", type=Path, default=RESULTS, help="where the JSON file goes")
-    args = p.parse_args(argv)
-    if min(args.turns, args.reads, args.rounds) < 1:
-        p.error("--turns, --reads and --rounds must be at least 1")
-    return args
+    return report.run_args("python -m bench.client_latency", __doc__, argv, turns=500, reads=40, rounds=2, port=9170, results=RESULTS,
+                           help_={"turns": "turns stored before the reads", "reads": "reads per variant and round, idle and per caller", "rounds": "rounds over the variants", "results": "where the JSON file goes"})
 
 
 async def _timed(read: Read, n: int, into: list[float], path: list[float]) -> None:

@@ -43,6 +43,24 @@ def machine_info(root: Path) -> dict[str, Any]:
     }
 
 
+def run_args(prog: str, doc: str | None, argv: list[str] | None, *, turns: int, reads: int, rounds: int,
+             port: int, results: Path, help_: dict[str, str]) -> Any:
+    """The arguments of a benchmark that stores `--turns`, reads `--reads` over `--rounds` on workers of its
+    own (metrics from `--port`): each at least 1. `help_` words --turns, --reads, --rounds, --results."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog=prog, description=(doc or "").splitlines()[0])
+    p.add_argument("--turns", type=int, default=turns, help=f"{help_['turns']} (default {turns})")
+    p.add_argument("--reads", type=int, default=reads, help=f"{help_['reads']} (default {reads})")
+    p.add_argument("--rounds", type=int, default=rounds, help=f"{help_['rounds']} (default {rounds})")
+    p.add_argument("--port", type=int, default=port, help=f"first of the two workers' metrics ports (default {port})")
+    p.add_argument("--results", type=Path, default=results, help=help_["results"])
+    args = p.parse_args(argv)
+    if min(args.turns, args.reads, args.rounds) < 1:
+        p.error("--turns, --reads and --rounds must be at least 1")
+    return args
+
+
 def write_json(path: Path, result: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")

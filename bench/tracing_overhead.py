@@ -48,16 +48,8 @@ QUESTIONS = ("What did Alex say about the weekend?", "Which plans did Sam mentio
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.tracing_overhead", description=__doc__.splitlines()[0])
-    p.add_argument("--turns", type=int, default=2000, help="turns ingested per phase (default 2000)")
-    p.add_argument("--reads", type=int, default=100, help="`context` reads per phase (default 100)")
-    p.add_argument("--rounds", type=int, default=2, help="off/on pairs of phases (default 2)")
-    p.add_argument("--port", type=int, default=9160, help="first of the two workers' metrics ports (default 9160)")
-    p.add_argument("--results", type=Path, default=RESULTS, help="where the JSON and PNG files go")
-    args = p.parse_args(argv)
-    if min(args.turns, args.reads, args.rounds) < 1:
-        p.error("--turns, --reads and --rounds must be at least 1")
-    return args
+    return report.run_args("python -m bench.tracing_overhead", __doc__, argv, turns=2000, reads=100, rounds=2, port=9160, results=RESULTS,
+                           help_={"turns": "turns ingested per phase", "reads": "`context` reads per phase", "rounds": "off/on pairs of phases", "results": "where the JSON and PNG files go"})
 
 
 def _env(value: object) -> str:
