@@ -27,6 +27,7 @@ SELECT (SELECT count(*) FROM memory.turns WHERE tenant = %(tenant)s),
        (SELECT count(*) FROM memory.segments WHERE tenant = %(tenant)s AND status = 'failed'),
        (SELECT count(*) FROM memory.gists WHERE tenant = %(tenant)s),
        (SELECT count(*) FROM memory.facts WHERE tenant = %(tenant)s),
+       (SELECT count(*) FROM memory.segments WHERE status IN ('enriched', 'failed')),
        (SELECT min(closed_at) FROM memory.segments WHERE tenant = %(tenant)s)
 """
 
@@ -42,6 +43,8 @@ class StoreState:
     failed: int
     gists: int = 0
     facts: int = 0
+    #: Segments finished in the whole store, every tenant's: the enrich worker's own progress.
+    store_done: int = 0
     first_closed_at: datetime | None = None
 
     @property
@@ -58,9 +61,11 @@ class StoreState:
         return self.turns >= expected_turns and self.open_conversations == 0 and self.segments > 0 \
             and self.pending == 0
 
-    def progress(self) -> tuple[int, int, int]:
-        """What moving on means: a turn stored, a segment closed, a segment finished."""
-        return self.turns, self.segments, self.done_segments
+    def progress(self) -> tuple[int, int, int, int]:
+        """What moving on means: a turn stored, a segment closed, a segment finished, this tenant's or
+        another's. On a shared stack the enrich worker may work through others' segments queued ahead of
+        this tenant's (each a model call of up to a minute on 2 cores): busy, not stalled."""
+        return self.turns, self.segments, self.done_segments, self.store_done
 
 
 def _state(row: Sequence[Any] | None) -> StoreState:
