@@ -55,6 +55,13 @@ class AnswerEnv:
                                        lambda k, v: k == question_id.encode(), want=want, timeout=timeout))
         return [Answer.from_bytes(r.value) for r in found]
 
+    def answers_then_quiet(self, question_id: str, *, timeout: float = 90, quiet_s: float = 10) -> list[Answer]:
+        """Every answer to the question: waits for the first (up to `timeout`), then `quiet_s` more for a
+        second one to show up, instead of a whole timeout spent waiting for what should never come."""
+        if not self.answers(question_id, timeout=timeout):
+            return []
+        return self.answers(question_id, want=2, timeout=quiet_s)
+
     def replies(self, match: Callable[[bytes | None, bytes | None], bool], *, want: int, timeout: float = 90) -> list:
         """Every committed reply record `match` accepts (until `want` of them, or the timeout)."""
         return asyncio.run(read_topic(self.settings, self.settings.topic_answers, match, want=want, timeout=timeout))

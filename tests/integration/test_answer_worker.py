@@ -141,7 +141,7 @@ def test_a_question_that_meets_an_error_no_question_can_cause_waits_and_is_answe
         assert answer_env.answers(waiting, want=1, timeout=8) == []  # held, not failed
     finally:
         _memory_readable(answer_env.settings, True)
-    answered = answer_env.answers(waiting, want=2, timeout=60)
+    answered = answer_env.answers_then_quiet(waiting, timeout=60)
     assert len(answered) == 1 and answered[0].error is None
     assert answer_env.letters(waiting, timeout=3) == []
     assert worker.pid() == pid and _alive(worker)
@@ -197,7 +197,7 @@ def test_a_paused_worker_that_lost_its_question_never_answers_it_twice(answer_en
         os.kill(worker.pid(), signal.SIGCONT)
     try:
         # The resumed worker sends its (late) answer: fenced, so never committed.
-        assert len(answer_env.answers(qid, want=2, timeout=30)) == 1
+        assert len(answer_env.answers_then_quiet(qid, timeout=30)) == 1
         assert _alive(worker) and _alive(second)
 
         killed = unique("q-killed")
@@ -211,7 +211,7 @@ def test_a_paused_worker_that_lost_its_question_never_answers_it_twice(answer_en
         answer_env.master.release.set()
         third = answer_env.spawn(2)
         try:
-            assert len(answer_env.answers(killed, want=2, timeout=60)) == 1
+            assert len(answer_env.answers_then_quiet(killed, timeout=60)) == 1
         finally:
             third.stop()
     finally:
