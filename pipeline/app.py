@@ -22,6 +22,7 @@ from epistream.storage.watermarks import forget_beyond_the_log
 from . import bootstrap, erasure, housekeeping, outbox
 from .bootstrap import LagReading, WorkerApp, WorkerResources, send_delivered
 from .checkpoint import Acknowledge, Checkpoint
+from .gaps import GapWatch, heal_gaps
 from .ingest import IngestResult, ingest_batch
 from .records import RawRecord
 from .reembed import reembed_round
@@ -86,6 +87,7 @@ class Indexer:
     sends: IndexerSends
     segmenter: SegmenterConfig
     claims: ClaimCheck
+    gaps: GapWatch
 
     def checkpoint(self, ack: Acknowledge[TurnEvent]) -> Checkpoint[TurnEvent]:
         """Write, then acknowledge with the agent's stream's `ack`."""
@@ -123,6 +125,8 @@ class Indexer:
         await housekeeping.guarded("watermarks", lambda: forget_beyond_the_log(resources.pool, settings.topic_turns,
                                                                                reading.log_ends), metrics)
         await self.worker.redeliver_if_stalled(reading.lag)
+        await housekeeping.guarded("watermark_gaps", lambda: heal_gaps(self.worker.app, settings, resources.pool,
+                                                                       self.gaps, metrics), metrics)
 
     async def close_idle_and_republish(self) -> None:
         await housekeeping.tick(self.worker.resources.pool, idle_s=self.worker.settings.segment_idle_s,
@@ -138,7 +142,7 @@ def create_app(settings: Settings, metrics: Metrics) -> faust.App:
     claims = ClaimCheck.from_settings(settings)
     sends = IndexerSends(settings, claims, turns=turns_topic, segments=worker.raw_topic(settings.topic_segments),
                          dead_letters=worker.raw_topic(settings.topic_dlq))
-    indexer = Indexer(worker, sends, segments.config_from(settings), claims)
+    indexer = Indexer(worker, sends, segments.config_from(settings), claims, GapWatch(settings.watermark_gap_grace_s))
 
     @app.agent(turns_topic, name="ingest")
     async def ingest(stream: faust.StreamT[bytes]) -> None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import numpy as np
 from psycopg import AsyncConnection
@@ -28,7 +29,7 @@ from epistream.core.metrics import Metrics
 from epistream.core.retry import BLOCKING, retry
 from epistream.models.embeddings import DIMENSIONS, Embedder, turn_embedding_text
 from epistream.storage.db import tenant_scope
-from epistream.storage.watermarks import Through, advance, through_of
+from epistream.storage.watermarks import advance, runs_of
 
 from .records import RawRecord
 from .segmenter import SegmenterConfig
@@ -39,6 +40,8 @@ from .store.turns import upsert_turns
 log = logging.getLogger(__name__)
 
 STAGE = "ingest"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ class IngestResult:
     #: (tenant, conversation_id) -> the trace its latest record carried (tracing on only): where the
     #: record of a segment the batch closed continues from.
     origins: dict[tuple[str, str], object] = field(default_factory=dict)
+    #: (topic, partition, offset) of each record a committed transaction covered in the watermark.
+    covered: set[tuple[str, int, int]] = field(default_factory=set)
 
 
 def decode_record(record: RawRecord, claims: ClaimCheck | None = None) -> Turn | SegmentCloseRequest:
@@ -112,10 +117,10 @@ async def ingest_batch(
             result.dead.append(Rejected(record, exc))
     result.origins = tracing.origins_of((t.tenant, t.conversation_id, r.headers) for r, t in items)
     store = _Store(pool, embedder, metrics, segmenter, max_backoff_s)
-    # The last commit also covers the batch's unusable records after the last usable one (or, with
-    # none usable, an empty commit covers them alone): ingest is done with the whole batch then.
-    batch_end = through_of((r.topic, r.partition, r.offset) for r in records)
-    await store.chunks(split_chunks(items, chunk_turns) or ([[]] if batch_end else []), result, batch_end)
+    await store.chunks(split_chunks(items, chunk_turns), result)
+    # The records set aside (unusable, or failing on their own) are done with too: one more commit
+    # covers them in the watermark, or their offsets would be a gap that holds the mark for good.
+    await store.cover({(r.topic, r.partition, r.offset) for r in records} - result.covered, result)
     result.dead.sort(key=lambda r: r.record.offset)
     _observe(metrics, result, [(t, r) for r, t in items if isinstance(t, Turn)])
     metrics.ingest_batch_seconds.observe(time.perf_counter() - started)
@@ -168,7 +173,7 @@ class _Store:
     segmenter: SegmenterConfig | None
     max_backoff_s: float
 
-    async def chunks(self, chunks: list[list[Item]], result: IngestResult, batch_end: Through) -> None:
+    async def chunks(self, chunks: list[list[Item]], result: IngestResult) -> None:
         """Chunk k is written while chunk k+1 is embedded: the next embedding starts once this
         chunk's vectors are in (two at once would only split the cores between them)."""
         upcoming = self._embedding(chunks[0]) if chunks else None
@@ -178,29 +183,27 @@ class _Store:
                 assert current is not None
                 vectors = await _outcome(current)
                 upcoming = self._embedding(chunks[k + 1]) if k + 1 < len(chunks) else None
-                await self.chunk(chunk, vectors, result, batch_end if k + 1 == len(chunks) else {})
+                await self.chunk(chunk, vectors, result)
         finally:
             # A cancel (or anything else) mid-batch: the next chunk's embedding is abandoned, its
             # thread finishes on its own and nobody reads what it computed.
             _abandon(upcoming)
 
-    async def chunk(self, items: list[Item], vectors: np.ndarray | Exception, result: IngestResult,
-                    end: Through) -> None:
-        """`end`: what the chunk's commit covers beyond its own records (the batch's end, for the last)."""
+    async def chunk(self, items: list[Item], vectors: np.ndarray | Exception, result: IngestResult) -> None:
         try:
             if isinstance(vectors, Exception):
                 raise vectors
             with tracing.span("store turns", attributes={"epistream.records": len(items)}):
-                await self.commit(items, vectors, result, end)
+                await self.commit(items, vectors, result)
         except Exception as exc:
             log.warning("chunk of %d records failed (%s: %s): storing them one by one", len(items),
                         type(exc).__name__, str(exc)[:200])
-            await self.one_by_one(items, result, end)
+            await self.one_by_one(items, result)
 
-    async def one_by_one(self, items: list[Item], result: IngestResult, end: Through) -> None:
-        for n, item in enumerate(items):
+    async def one_by_one(self, items: list[Item], result: IngestResult) -> None:
+        for item in items:
             try:
-                await self.commit([item], await self.embed(_turns([item])), result, end if n + 1 == len(items) else {})
+                await self.commit([item], await self.embed(_turns([item])), result)
             except Exception as one:
                 result.dead.append(Rejected(item[0], one))
 
@@ -218,34 +221,47 @@ class _Store:
         self.metrics.embedding_seconds.observe(time.perf_counter() - embed_started)
         return vectors
 
-    async def commit(self, items: list[Item], vectors: np.ndarray, result: IngestResult, end: Through) -> None:
-        """Write the items in one transaction (retried while transient), with the watermark through them
-        and `end`, and add what was written to `result` only once it is committed."""
-        turns = _turns(items)
-        through = through_of(((r.topic, r.partition, r.offset) for r, _ in items), into=end)
-        if not through:
-            return
-        vector_of = {id(t): v for t, v in zip(turns, vectors, strict=True)}
+    async def cover(self, offsets: set[tuple[str, int, int]], result: IngestResult) -> None:
+        """Add `offsets` (topic, partition, offset) to the watermark in a transaction of their own."""
+        if offsets:
+            await self._transaction(lambda conn: advance(conn, runs_of(offsets)), f"marking {len(offsets)} records done")
+            result.covered |= offsets
 
-        async def attempt() -> IngestResult:
-            # One transaction per chunk: a failed attempt leaves nothing of it behind.
+    async def commit(self, items: list[Item], vectors: np.ndarray, result: IngestResult) -> None:
+        """Write the items in one transaction, with their offsets in the watermark, and add what was
+        written to `result` only once it is committed."""
+        if not items:
+            return
+        turns = _turns(items)
+        vector_of = {id(t): v for t, v in zip(turns, vectors, strict=True)}
+        offsets = {(r.topic, r.partition, r.offset) for r, _ in items}
+
+        async def write(conn: AsyncConnection) -> IngestResult:
             done = IngestResult()
-            async with self.pool.connection() as conn, conn.transaction():
-                if turns or (self.segmenter is not None and items):
-                    await _write(conn, items, vector_of, self.segmenter, done)
-                # Last, so the watermark rows stay locked only for the commit.
-                await advance(conn, through)
+            if turns or self.segmenter is not None:
+                await _write(conn, items, vector_of, self.segmenter, done)
+            # Last, so the watermark rows stay locked only for the commit.
+            await advance(conn, runs_of(offsets))
             return done
 
-        def waiting(exc: BaseException, attempt_no: int, delay: float) -> None:
-            log.warning("storing %d turns failed (%s), retry %d in %.1fs", len(turns), type(exc).__name__,
-                        attempt_no, delay)
-
-        # Never skip: block this partition (backpressure) until PostgreSQL is back.
-        done = await retry(attempt, backoff=replace(BLOCKING, cap_s=self.max_backoff_s), on_retry=waiting)
+        done = await self._transaction(write, f"storing {len(turns)} turns")
         result.stored.extend(done.stored)
         result.outcomes.extend(done.outcomes)
         result.closed_segments.extend(done.closed_segments)
+        result.covered |= offsets
+
+    async def _transaction(self, write: Callable[[AsyncConnection], Awaitable[T]], what: str) -> T:
+        """`write` in one transaction, retried while transient: a failed attempt leaves nothing of it
+        behind. Never skipped: the partition blocks (backpressure) until PostgreSQL is back."""
+
+        async def attempt() -> T:
+            async with self.pool.connection() as conn, conn.transaction():
+                return await write(conn)
+
+        def waiting(exc: BaseException, attempt_no: int, delay: float) -> None:
+            log.warning("%s failed (%s), retry %d in %.1fs", what, type(exc).__name__, attempt_no, delay)
+
+        return await retry(attempt, backoff=replace(BLOCKING, cap_s=self.max_backoff_s), on_retry=waiting)
 
 
 async def _outcome(task: Vectors) -> np.ndarray | Exception:

@@ -33,6 +33,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from typing import NoReturn
 
 import faust
 from faust.types import TP
@@ -132,8 +133,13 @@ async def seek_back_if_stalled(app: faust.App, guard: StallGuard, lag: Partition
         return verdict
     log.error("%s: %s still stalled at the offset it was sought back to: exiting, to be started afresh (by "
               "its supervisor) from the committed offsets", app.conf.id, where)
-    # Not a graceful stop: that waits for every record the consumer holds unacknowledged to be
-    # acknowledged, and a dropped one never is. Nothing is in flight, and what is not committed is read again.
+    exit_to_be_restarted()
+
+
+def exit_to_be_restarted() -> NoReturn:
+    """End the process at once with EXIT_STALLED; its supervisor starts a fresh one. Not a graceful stop:
+    that waits for every record the consumer holds unacknowledged to be acknowledged, and a dropped one
+    never is. Nothing is in flight, and what is not committed is read again."""
     tracing.shutdown()  # os._exit skips the exporter's own exit hook: the spans of the stall go out first
     logging.shutdown()
     os._exit(EXIT_STALLED)

@@ -41,6 +41,7 @@ class Metrics:
     context_read_seconds: Histogram
     consumer_lag: Gauge
     consumer_reseeks: Counter
+    watermark_gaps: Counter
     router_candidates: Histogram
     task_failures: Counter
     reembed_pending: Gauge
@@ -173,6 +174,13 @@ class Metrics:
                 "(records its consumer fetched and dropped), by group and action: seek (back to the committed "
                 "offsets) or restart (stalled again after a seek: the worker stops and is started afresh).",
                 ["group", "action"], registry=reg,
+            ),
+            watermark_gaps=Counter(
+                "epistream_watermark_gaps_total",
+                "Gaps under the ingest side's read-your-own-writes mark that outlived their grace, by outcome: "
+                "skipped (the log holds records there: the partition is sought back to them), empty (markers or "
+                "an aborted transaction only: the gap is filled) or restart (skipped again after a seek).",
+                ["outcome"], registry=reg,
             ),
             router_candidates=Histogram(
                 "epistream_router_candidates",

@@ -364,6 +364,33 @@ async def partition_lag(settings: ClientSettings, group: str, topics: list[str])
     return lag
 
 
+async def records_between(settings: ClientSettings, topic: str, partition: int, first: int, end: int, *,
+                          timeout_s: float = 10.0) -> bool | None:
+    """Whether the log holds a record a consumer is given at offsets [first, end): True, False (the
+    offsets are transaction markers, an aborted transaction's records, or gone), or None when the broker
+    could not say within `timeout_s` (away, or a transaction still open there holds the stable end)."""
+    tp = TopicPartition(topic, partition)
+    consumer = create_consumer(settings, group_id=None, enable_auto_commit=False, isolation_level="read_committed",
+                               auto_offset_reset="earliest")
+    try:
+        await consumer.start()
+        consumer.assign([tp])
+        consumer.seek(tp, first)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            fetched = await consumer.getmany(tp, timeout_ms=500, max_records=1)
+            if fetched.get(tp):
+                return fetched[tp][0].offset < end
+            if await consumer.position(tp) >= end:  # read past the range without being given a record
+                return False
+        return None
+    except Exception as exc:
+        log.warning("could not read %s[%d] at %d..%d: %s: %s", topic, partition, first, end - 1, type(exc).__name__, exc)
+        return None
+    finally:
+        await consumer.stop()
+
+
 def lag_by_topic(by_partition: PartitionLag, topics: list[str]) -> dict[str, int]:
     """Per topic, how far the committed offsets trail the end of the log (summed over partitions)."""
     lag: dict[str, int] = dict.fromkeys(topics, 0)

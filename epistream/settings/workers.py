@@ -22,6 +22,12 @@ class WorkerSettings(BaseSettings):
         "is written. At least the batch (the default): one transaction, no overlap; smaller chunks pad ONNX "
         "batches more.",
     )
+    watermark_gap_grace_s: float = Field(
+        60.0, gt=0, le=3600,
+        description="How long a gap under the read-your-own-writes mark (records never stored while later ones "
+        "were) may last before the ingest worker reads it from the log: sought back to when records are there, "
+        "filled when only transaction markers are (pipeline/gaps.py). Reads waiting on it say incomplete meanwhile.",
+    )
     metrics_host: str = Field("127.0.0.1", description="Address /metrics binds to (0.0.0.0 in containers).")
     ingest_metrics_port: int = Field(9101, description="The ingest worker's /metrics.")
     enrich_group: str = Field("epistream-enrich", description="Faust app id (consumer group) of the enrich worker.")

@@ -17,16 +17,20 @@ from psycopg_pool import AsyncConnectionPool
 
 from epistream.contracts.positions import Position
 
-#: (topic, partition) -> the highest offset stored through.
-Through = dict[tuple[str, int], int]
+#: (topic, partition) -> the offsets a commit is done with, as sorted inclusive runs (first, last).
+Runs = dict[tuple[str, int], list[tuple[int, int]]]
 
-# greatest(): a late batch of a partition's previous owner, or a replay, never lowers the mark.
+# The ranges are added to what is stored, and the mark moves to the end of the run that continues it
+# (sql/022): a chunk after a gap raises nothing until the gap is filled, and a replay, or a previous
+# owner's late batch, never lowers it.
 ADVANCE = """
-INSERT INTO memory.ingest_watermarks AS w (topic, kafka_partition, stored_through)
-VALUES (%s, %s, %s)
+INSERT INTO memory.ingest_watermarks AS w (topic, kafka_partition, stored, stored_through)
+VALUES (%(topic)s, %(partition)s, %(ranges)s::int8multirange,
+        memory.watermark_after(%(ranges)s::int8multirange, -1))
 ON CONFLICT (topic, kafka_partition) DO UPDATE
-SET stored_through = greatest(w.stored_through, EXCLUDED.stored_through), updated_at = now()
-WHERE EXCLUDED.stored_through > w.stored_through
+SET stored = memory.watermark_fill(w.stored + EXCLUDED.stored, w.stored_through),
+    stored_through = memory.watermark_after(w.stored + EXCLUDED.stored, w.stored_through),
+    updated_at = now()
 """
 
 READ = """
@@ -34,32 +38,57 @@ SELECT kafka_partition, stored_through FROM memory.ingest_watermarks
 WHERE topic = %s AND kafka_partition = ANY(%s)
 """
 READ_ALL = "SELECT kafka_partition, stored_through FROM memory.ingest_watermarks WHERE topic = %s"
+# The first missing run above each mark that has one: [mark + 1, the next stored offset).
+GAPS = """
+SELECT kafka_partition, stored_through + 1, lower(r) FROM memory.ingest_watermarks,
+       LATERAL (SELECT r FROM unnest(stored) r WHERE lower(r) > stored_through + 1 ORDER BY r LIMIT 1) AS next
+WHERE topic = %s AND stored_through >= 0
+"""
 # Only the mark as it was read: one raised since (a new incarnation's turns stored) is left alone.
 FORGET = """
-UPDATE memory.ingest_watermarks SET stored_through = -1, updated_at = now()
+UPDATE memory.ingest_watermarks SET stored_through = -1, stored = '{}', updated_at = now()
 WHERE topic = %s AND kafka_partition = %s AND stored_through = %s
 """
 
 
-def through_of(records: Iterable[tuple[str, int, int]], into: Through | None = None) -> Through:
-    """Per (topic, partition), the highest offset among `records` (topic, partition, offset), merged
-    into `into` (a new dict when None)."""
-    marks: Through = dict(into) if into is not None else {}
+def runs_of(records: Iterable[tuple[str, int, int]]) -> Runs:
+    """Per (topic, partition), the offsets among `records` (topic, partition, offset) as sorted runs of
+    consecutive offsets."""
+    offsets: dict[tuple[str, int], set[int]] = {}
     for topic, partition, offset in records:
-        key = (topic, partition)
-        if offset > marks.get(key, -1):
-            marks[key] = offset
-    return marks
+        offsets.setdefault((topic, partition), set()).add(offset)
+    runs: Runs = {}
+    for key, seen in offsets.items():
+        spans: list[tuple[int, int]] = []
+        for offset in sorted(seen):
+            if spans and offset == spans[-1][1] + 1:
+                spans[-1] = (spans[-1][0], offset)
+            else:
+                spans.append((offset, offset))
+        runs[key] = spans
+    return runs
 
 
-async def advance(conn: AsyncConnection, through: Mapping[tuple[str, int], int]) -> None:
-    """Raise the marks inside the caller's transaction. Rows are locked in (topic, partition) order,
-    so two workers of a rebalance that both hold rows cannot deadlock each other."""
-    if not through:
-        return
-    async with conn.cursor() as cur:
-        await cur.executemany(ADVANCE, [(topic, partition, offset)
-                                        for (topic, partition), offset in sorted(through.items())])
+def _multirange(spans: list[tuple[int, int]]) -> str:
+    return "{" + ",".join(f"[{first},{last + 1})" for first, last in spans) + "}"
+
+
+async def advance(conn: AsyncConnection, runs: Mapping[tuple[str, int], list[tuple[int, int]]]) -> None:
+    """Add the runs to what is stored and move the marks, inside the caller's transaction. Rows are
+    locked in (topic, partition) order, so two workers of a rebalance that both hold rows cannot
+    deadlock each other."""
+    rows = [{"topic": topic, "partition": partition, "ranges": _multirange(spans)}
+            for (topic, partition), spans in sorted(runs.items()) if spans]
+    if rows:
+        async with conn.cursor() as cur:
+            await cur.executemany(ADVANCE, rows)
+
+
+async def gaps(pool: AsyncConnectionPool, topic: str) -> dict[int, tuple[int, int]]:
+    """Per partition with a gap above its mark, the first one: (its first offset, the next stored offset)."""
+    async with pool.connection() as conn, conn.cursor() as cur:
+        await cur.execute(GAPS, (topic,))
+        return {int(p): (int(first), int(end)) for p, first, end in await cur.fetchall()}
 
 
 async def stored_through(pool: AsyncConnectionPool, topic: str, partitions: Iterable[int] | None = None) -> dict[int, int]:

@@ -1,8 +1,9 @@
-"""The ingest watermark of read-your-own-writes (sql/019, epistream/storage/watermarks.py) on PostgreSQL: the
-ingest batch raises it in the transaction that stores the turns, through the unusable records it
-dead-letters too; a replay or a previous owner's late batch never lowers it; a failed transaction
-leaves it where it was; the workers' login reads it with one lookup, the readers' login cannot; a mark
-beyond its partition's end (a topic deleted and created again) is forgotten."""
+"""The ingest watermark of read-your-own-writes (sql/019 and 022, epistream/storage/watermarks.py) on
+PostgreSQL: the ingest batch raises it in the transaction that stores the turns, through the unusable
+records it dead-letters too; records never handed over hold it below them until they are stored; a
+replay or a previous owner's late batch never lowers it; the workers' login reads it with one lookup,
+the readers' login cannot; a mark beyond its partition's end (a topic deleted and created again) is
+forgotten."""
 
 from __future__ import annotations
 
@@ -15,16 +16,17 @@ import psycopg
 import pytest
 from kafka import KafkaProducer
 
+from epistream.consumers.read_after import read_after
 from epistream.contracts.positions import Position
 from epistream.contracts.turns import Turn
 from epistream.core.metrics import Metrics
-from epistream.messaging.kafka_io import partition_lag
+from epistream.messaging.kafka_io import partition_lag, records_between
 from epistream.messaging.topics import create_topic
 from epistream.models.embeddings import Embedder
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.storage.db import create_pool, database_url, reader_url
-from epistream.storage.watermarks import advance, forget_beyond_the_log, stored_through, unmet
+from epistream.storage.watermarks import advance, forget_beyond_the_log, gaps, stored_through, unmet
 
 from .helpers import LONG_SEGMENTS, T0
 
@@ -79,12 +81,39 @@ def test_a_replay_or_a_late_batch_of_a_previous_owner_never_lowers_the_mark(post
     assert _ingest(postgres, embedder, _records(topic, 1, [(42, b"{}")])) == {1: 42}  # a batch of dead letters alone
 
 
-def test_a_batch_that_could_store_nothing_leaves_the_mark_where_it_was(postgres, embedder):
+def test_a_record_that_fails_on_its_own_is_done_with_and_passes_the_mark(postgres, embedder):
     topic, tenant = f"wm-{uuid.uuid4().hex[:8]}", f"wm-{uuid.uuid4().hex[:8]}"
     assert _ingest(postgres, embedder, _records(topic, 0, [(3, _turn(tenant, 1))])) == {0: 3}
-    # Every record fails on its own (set aside, to be dead-lettered): no transaction commits, so the
-    # mark stays; a read waiting for offset 4 says it is incomplete until a later record is stored.
-    assert _ingest(postgres, Broken(), _records(topic, 0, [(4, _turn(tenant, 2))])) == {0: 3}
+    # Every record fails on its own (set aside, to be dead-lettered): ingest is done with it, so it is
+    # covered too; left out, its offset would be a gap that holds the mark below every later turn.
+    assert _ingest(postgres, Broken(), _records(topic, 0, [(4, _turn(tenant, 2))])) == {0: 4}
+
+
+def test_records_never_handed_over_hold_the_mark_below_them_and_a_read_waiting_on_them_is_incomplete(
+        postgres, embedder):
+    """Faust skipped offsets 2 and 3 (fetched, never given to the agent) and the agent stored 4 and 5:
+    the mark stays at 1, a read after offset 2 says incomplete, and the gap is named; once 2 and 3 are
+    stored (the guard seeks back to them), the mark moves past all of them."""
+    topic, tenant = f"wm-{uuid.uuid4().hex[:8]}", f"wm-{uuid.uuid4().hex[:8]}"
+    first = _records(topic, 0, [(0, _turn(tenant, 0)), (1, _turn(tenant, 1))])
+    after_the_skip = _records(topic, 0, [(4, _turn(tenant, 4)), (5, _turn(tenant, 5))])
+    assert _ingest(postgres, embedder, first, after_the_skip) == {0: 1}
+
+    async def read_and_gaps() -> tuple[str | None, dict[int, tuple[int, int]]]:
+        pool = create_pool(postgres)
+        await pool.open(wait=True)
+        try:
+            reason = await read_after(pool, topic, [Position(conversation_id="c", partition=0, offset=2)],
+                                      timeout_s=0.3, metrics=Metrics.create())
+            return reason, await gaps(pool, topic)
+        finally:
+            await pool.close()
+
+    reason, gap = asyncio.run(read_and_gaps())
+    assert reason is not None and "not stored" in reason and "c@0:2" in reason  # the reply: incomplete
+    assert gap == {0: (2, 4)}
+    assert _ingest(postgres, embedder, _records(topic, 0, [(2, _turn(tenant, 2)), (3, _turn(tenant, 3))])) == {0: 5}
+    assert asyncio.run(read_and_gaps()) == (None, {})
 
 
 class Broken:
@@ -124,7 +153,7 @@ async def test_a_mark_beyond_its_partitions_end_is_forgotten_as_a_recreated_topi
     await create_topic(kafka, topic, partitions=2)
     _produce(kafka, topic, partition=0, count=2)
     async with pool.connection() as conn, conn.transaction():
-        await advance(conn, {(topic, 0): 1, (topic, 1): 40})  # partition 1's from the earlier incarnation
+        await advance(conn, {(topic, 0): [(0, 1)], (topic, 1): [(40, 40)]})  # partition 1's: the earlier incarnation
 
     async def ends() -> dict[int, int]:
         lag = await partition_lag(kafka, "no-such-group", [topic])
@@ -136,6 +165,39 @@ async def test_a_mark_beyond_its_partitions_end_is_forgotten_as_a_recreated_topi
     assert unmet([Position(conversation_id="c", partition=1, offset=0)], marks) != []
     _produce(kafka, topic, partition=1, count=1)
     async with pool.connection() as conn, conn.transaction():
-        await advance(conn, {(topic, 1): 0})  # this incarnation's first turn stored: raised from -1
+        await advance(conn, {(topic, 1): [(0, 0)]})  # this incarnation's first turn stored: raised from -1
     assert await stored_through(pool, topic) == {0: 1, 1: 0}
     assert await forget_beyond_the_log(pool, topic, ends) == {}  # nothing beyond the log now
+
+
+async def test_the_log_tells_a_gap_of_skipped_records_from_one_of_transaction_markers(kafka, unique):
+    """What pipeline/gaps.py asks of a gap under the mark, on a real broker with a third party's
+    transactional producer (kafka-python): an aborted transaction's record and its marker, and a
+    commit marker, are offsets no consumer is given; a committed or plain record is one."""
+    topic = unique("wm-gap")
+    await create_topic(kafka, topic, partitions=1)
+    plain = KafkaProducer(bootstrap_servers=kafka.kafka_bootstrap)
+    transactional = KafkaProducer(bootstrap_servers=kafka.kafka_bootstrap, transactional_id=unique("wm-gap-tx"))
+    try:
+        transactional.init_transactions()
+
+        def send(producer: KafkaProducer, value: bytes) -> int:
+            return producer.send(topic, value=value, partition=0).get(timeout=30).offset
+
+        first = send(plain, b"a")
+        transactional.begin_transaction()
+        aborted = send(transactional, b"b")
+        transactional.abort_transaction()
+        after_abort = send(plain, b"c")
+        transactional.begin_transaction()
+        committed = send(transactional, b"d")
+        transactional.commit_transaction()
+        last = send(plain, b"e")
+    finally:
+        transactional.close()
+        plain.close()
+    assert first < aborted < after_abort < committed < last
+    assert await records_between(kafka, topic, 0, aborted, after_abort) is False  # aborted record, its marker
+    assert await records_between(kafka, topic, 0, committed + 1, last) is False  # the commit marker
+    assert await records_between(kafka, topic, 0, aborted, after_abort + 1) is True
+    assert await records_between(kafka, topic, 0, committed, committed + 1) is True

@@ -121,8 +121,9 @@ def writes(monkeypatch):  # type: ignore[no-untyped-def]
         result.stored.extend(turns)
         result.outcomes.extend("inserted" for _ in turns)
 
-    async def advance(conn, through):  # type: ignore[no-untyped-def]
-        Writes.clock.add("mark", tuple(f"{p}@{o}" for (_, p), o in sorted(through.items())), time.perf_counter())
+    async def advance(conn, runs):  # type: ignore[no-untyped-def]
+        Writes.clock.add("mark", tuple(f"{p}@{first}-{last}" for (_, p), spans in sorted(runs.items())
+                                       for first, last in spans), time.perf_counter())
 
     monkeypatch.setattr(ingest, "_write", write)
     monkeypatch.setattr(ingest, "advance", advance)
@@ -177,7 +178,8 @@ def test_a_permanent_error_in_a_later_chunk_isolates_only_its_records(writes):
     # Chunks 1 and 2 committed once and are never written again; chunk 3 fails whole, then record by
     # record; chunk 4 follows.
     assert written == [("t001", "t002"), ("t003", "t004"), ("t005", "t006"), ("t005",), ("t006",), ("t007",)]
-    assert pool.log == ["commit", "commit", "rollback", "rollback", "commit", "commit"]
+    # Then the record set aside is covered in the watermark by a commit of its own.
+    assert pool.log == ["commit", "commit", "rollback", "rollback", "commit", "commit", "commit"]
     assert [r.record.offset for r in result.dead] == [4]
     assert [t.turn_id for t in result.stored] == ["t001", "t002", "t003", "t004", "t006", "t007"]
     assert result.outcomes == ["inserted"] * 6
@@ -231,33 +233,34 @@ def marks(writes) -> list[tuple[str, ...]]:  # type: ignore[no-untyped-def]
     return [ids for ids, _, _ in writes.clock.of("mark")]
 
 
-def test_each_chunk_raises_the_watermark_through_its_records_in_its_own_transaction(writes):
+def test_each_chunk_adds_its_records_offsets_to_the_watermark_in_its_own_transaction(writes):
     pool = FakePool()
     run(records([turn(1), turn(2), turn(3), close("t003"), turn(4), turn(5)]), SlowEmbedder(writes.clock), pool,
         chunk=2)
-    assert marks(writes) == [("0@1",), ("0@4",), ("0@5",)] and pool.log == ["commit"] * 3
+    assert marks(writes) == [("0@0-1",), ("0@2-4",), ("0@5-5",)] and pool.log == ["commit"] * 3
 
 
-def test_unusable_records_at_the_batch_end_are_covered_by_its_last_commit(writes):
+def test_unusable_records_are_covered_by_one_commit_after_the_last_chunk(writes):
     pool = FakePool()
-    run(records([turn(1), turn(2), turn(3), b"not json", b"{}"]), SlowEmbedder(writes.clock), pool, chunk=2)
-    assert marks(writes) == [("0@1",), ("0@4",)]  # ingest is done with offsets 3 and 4: they go to the DLQ
+    run(records([turn(1), b"not json", turn(2), turn(3), b"{}"]), SlowEmbedder(writes.clock), pool, chunk=2)
+    # Ingest is done with offsets 1 and 4 (they go to the DLQ): left out, they would be gaps under the mark.
+    assert marks(writes) == [("0@0-0", "0@2-2"), ("0@3-3",), ("0@1-1", "0@4-4")] and pool.log == ["commit"] * 3
 
 
 def test_a_batch_of_unusable_records_alone_commits_only_its_watermark(writes):
     pool = FakePool()
     result = run(records([b"not json", b"{}"]), SlowEmbedder(writes.clock), pool, chunk=2)
-    assert writes.clock.of("write") == [] and marks(writes) == [("0@1",)] and pool.log == ["commit"]
+    assert writes.clock.of("write") == [] and marks(writes) == [("0@0-1",)] and pool.log == ["commit"]
     assert [r.record.offset for r in result.dead] == [0, 1]
 
 
-def test_a_record_that_cannot_be_stored_leaves_the_watermark_before_it_when_it_ends_the_batch(writes):
+def test_a_record_that_cannot_be_stored_is_covered_once_it_is_set_aside(writes):
     writes.fail_on = {"t003"}
     run(records([turn(1), turn(2), turn(3)]), SlowEmbedder(writes.clock), FakePool(), chunk=2)
-    assert marks(writes) == [("0@1",)]  # the failed transactions wrote none; a later record's commit will cover it
+    assert marks(writes) == [("0@0-1",), ("0@2-2",)]  # the failed transactions wrote none; the cover did
 
 
 def test_the_watermark_is_kept_per_partition(writes):
     batch = [RawRecord("memory.turns", p, o, b"c", turn(n)) for n, (p, o) in enumerate([(0, 7), (1, 3), (0, 8)], 1)]
     run(batch, SlowEmbedder(writes.clock), FakePool(), chunk=128)
-    assert marks(writes) == [("0@8", "1@3")]
+    assert marks(writes) == [("0@7-8", "1@3-3")]

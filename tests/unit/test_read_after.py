@@ -27,7 +27,7 @@ from epistream.contracts.positions import Position
 from epistream.contracts.questions import Question
 from epistream.contracts.replies import Answer, MemoryContext
 from epistream.errors import ContractError
-from epistream.storage.watermarks import beyond_the_log, through_of, unmet
+from epistream.storage.watermarks import beyond_the_log, runs_of, unmet
 
 OLD_QUESTION = b'{"question_id": "q1", "tenant": "t", "question": "Where?", "mode": "context"}'
 OLD_CONTEXT = (b'{"kind": "context", "question_id": "q1", "tenant": "t", "asked_at": "2024-05-08T12:00:00+00:00",'
@@ -75,11 +75,10 @@ def test_a_position_is_met_once_its_partition_is_stored_through_its_offset():
     assert unmet(wanted, {0: 9, 1: 3, 2: 0}) == []
 
 
-def test_the_mark_of_a_batch_is_its_highest_offset_per_partition_and_only_grows_in_merges():
-    marks = through_of([("t", 0, 7), ("t", 1, 2), ("t", 0, 3), ("u", 0, 1)])
-    assert marks == {("t", 0): 7, ("t", 1): 2, ("u", 0): 1}
-    assert through_of([("t", 0, 5), ("t", 1, 9)], into=marks) == {("t", 0): 7, ("t", 1): 9, ("u", 0): 1}
-    assert marks == {("t", 0): 7, ("t", 1): 2, ("u", 0): 1}  # `into` itself is left as it was
+def test_a_commit_covers_its_offsets_as_runs_of_consecutive_offsets_per_partition():
+    runs = runs_of([("t", 0, 7), ("t", 1, 2), ("t", 0, 3), ("t", 0, 8), ("u", 0, 1), ("t", 0, 4), ("t", 0, 7)])
+    assert runs == {("t", 0): [(3, 4), (7, 8)], ("t", 1): [(2, 2)], ("u", 0): [(1, 1)]}
+    assert runs_of([]) == {}
 
 
 class Ingest:
