@@ -5,9 +5,11 @@ shares with the enrich worker is pipeline/bootstrap.py's. Enrichment runs in its
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeAlias, cast
+from functools import cached_property
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import faust
 
@@ -15,9 +17,10 @@ from epistream.core import tracing
 from epistream.core.claims import ClaimCheck
 from epistream.core.metrics import Metrics
 from epistream.messaging.erasure import parse_forgotten
+from epistream.messaging.kafka_io import create_librdkafka_admin, topic_id
 from epistream.models.embeddings import Embedder
 from epistream.settings.processes import Settings
-from epistream.storage.watermarks import forget_beyond_the_log
+from epistream.storage.watermarks import forget_beyond_the_log, forget_other_incarnation
 
 from . import bootstrap, erasure, housekeeping, outbox
 from .bootstrap import LagReading, WorkerApp, WorkerResources, send_delivered
@@ -28,6 +31,11 @@ from .records import RawRecord
 from .reembed import reembed_round
 from .segmenter import SegmenterConfig
 from .store import segments
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
+
+log = logging.getLogger(__name__)
 
 #: A turn as the ingest agent takes it: the Faust event, acknowledged by hand.
 TurnEvent: TypeAlias = "faust.EventT[bytes]"
@@ -121,12 +129,26 @@ class Indexer:
             metrics=metrics), metrics)
         # The lag is read once, for the watermarks' log ends; the stall guard then acts on the same reading.
         reading = LagReading(self.worker)
-        # Marks of a deleted and re-created topic would call unstored turns stored (epistream/storage/watermarks.py).
+        # Marks of a deleted and re-created topic would call unstored turns stored (epistream/storage/watermarks.py):
+        # those of another topic id, and those beyond the log's end (before the id is known).
+        await housekeeping.guarded("watermarks", self.forget_other_incarnation, metrics)
         await housekeeping.guarded("watermarks", lambda: forget_beyond_the_log(resources.pool, settings.topic_turns,
                                                                                reading.log_ends), metrics)
         await self.worker.redeliver_if_stalled(reading.lag)
         await housekeeping.guarded("watermark_gaps", lambda: heal_gaps(self.worker.app, settings, resources.pool,
                                                                        self.gaps, metrics), metrics)
+
+    @cached_property
+    def admin(self) -> AdminClient:
+        """One librdkafka admin client for the process's life, made at the first tick that needs it."""
+        return create_librdkafka_admin(self.worker.settings)
+
+    async def forget_other_incarnation(self) -> None:
+        topic = self.worker.settings.topic_turns
+        forgotten = await forget_other_incarnation(self.worker.resources.pool, topic, await topic_id(self.admin, topic))
+        if forgotten:
+            log.warning("%s was deleted and created again: the read-your-own-writes marks of partitions %s start "
+                        "again from nothing", topic, forgotten)
 
     async def close_idle_and_republish(self) -> None:
         await housekeeping.tick(self.worker.resources.pool, idle_s=self.worker.settings.segment_idle_s,

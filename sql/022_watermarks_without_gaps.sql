@@ -38,3 +38,8 @@ REVOKE ALL ON FUNCTION memory.watermark_after(int8multirange, bigint) FROM PUBLI
 REVOKE ALL ON FUNCTION memory.watermark_fill(int8multirange, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION memory.watermark_after(int8multirange, bigint) TO epistream_app;
 GRANT EXECUTE ON FUNCTION memory.watermark_fill(int8multirange, bigint) TO epistream_app;
+
+-- The incarnation of the topic the marks were made on: the broker's topic id (a topic deleted and
+-- created again gets a new one). NULL until the ingest worker's tick has read it; marks of another
+-- incarnation are forgotten (epistream/storage/watermarks.py), whatever their offsets.
+ALTER TABLE memory.ingest_watermarks ADD COLUMN IF NOT EXISTS topic_id uuid;

@@ -206,8 +206,18 @@ def check_forgotten(forgotten: str | None, observed: Observed) -> Verdict | None
                    f"nothing of {forgotten} in {', '.join(observed.leftovers)}")
 
 
+def check_reads_after(reads: Sequence[tuple[bool, bool]]) -> Verdict:
+    """Each read with `after` held its turn or said it was incomplete: none replied complete without it."""
+    stale = [n for n, (complete, holds) in enumerate(reads) if complete and not holds]
+    complete = sum(1 for c, h in reads if c and h)
+    detail = (f"{len(reads)} reads with `after`: {complete} complete with their turn, "
+              f"{sum(1 for c, _ in reads if not c)} incomplete, {len(stale)} complete without it")
+    return Verdict(not stale and bool(reads), detail + (f" (reads {_examples(stale)})" if stale else ""))
+
+
 def check_all(workload: Workload, forgotten: str | None, observed: Observed,
-              config: SegmenterConfig) -> tuple[Counts, dict[str, Any]]:
+              config: SegmenterConfig, reads_after: Sequence[tuple[bool, bool]] | None = None,
+              ) -> tuple[Counts, dict[str, Any]]:
     counts = Counts(dead_lettered=len(observed.letters))
     verdicts = {
         "turns_stored_once_identical": check_turns(workload, forgotten, observed, counts),
@@ -218,4 +228,6 @@ def check_all(workload: Workload, forgotten: str | None, observed: Observed,
     }
     if (forgot := check_forgotten(forgotten, observed)) is not None:
         verdicts["forgotten_leaves_nothing"] = forgot
+    if reads_after is not None:
+        verdicts["reads_after_never_stale"] = check_reads_after(reads_after)
     return counts, {name: v.as_json() for name, v in verdicts.items()}

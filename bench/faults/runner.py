@@ -78,7 +78,7 @@ def run_scenario(settings: Settings, url: str, run_id: str, scenario: Scenario, 
     log.note("settled")
 
     observed = _observe(settings, url, load, start, ctx.forgotten)
-    counts, verdicts = check_all(load, ctx.forgotten, observed, segmenter_config(settings))
+    counts, verdicts = check_all(load, ctx.forgotten, observed, segmenter_config(settings), ctx.reads_after)
     result = {
         "name": scenario.name, "what": scenario.what, "tenant": load.tenant,
         "produced": counts.produced, "stored": counts.stored, "lost": counts.lost,

@@ -10,11 +10,15 @@ import asyncio
 import random
 import signal
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import psycopg
 
+from epistream.client.session import EpistreamClient
+from epistream.contracts.turns import Turn
 from epistream.infra import services
 from epistream.ops.readiness import poll
 from epistream.pipeline.erasure import forget_everywhere
@@ -53,6 +57,8 @@ class Context:
     rng: random.Random
     #: set by the forget scenario: the conversation that must leave nothing behind
     forgotten: str | None = None
+    #: set by scenarios that read with `after` during recovery: each read's (complete, holds its turn)
+    reads_after: list[tuple[bool, bool]] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,40 @@ def _pg_down(ctx: Context) -> None:
 def _kafka_restart(ctx: Context) -> None:
     ctx.stream.wait_progress(ctx.rng.uniform(0.3, 0.6))
     inject.restart(ctx.settings, "kafka", signal.SIGTERM, ctx.log)
+
+
+#: Reads with `after` asked while the workers recover from a broker outage, and the bound each may wait.
+RECOVERY_READS = 10
+RECOVERY_READ_BOUND_S = 120.0
+
+
+def _kafka_down_past_the_session(ctx: Context) -> None:
+    """The broker stopped for three session timeouts while ingest and enrichment run: every worker's
+    group membership expires, and each rejoins when the broker is back. Meanwhile, and at once after,
+    turns are produced and read back with `after` (as an agent does): each read must hold its turn or
+    say it is incomplete, never reply complete without it."""
+    ctx.stream.wait_progress(0.3)
+    inject.down_for(ctx.settings, "kafka", 3 * ctx.settings.kafka_session_timeout_s, ctx.log)
+    ctx.reads_after = asyncio.run(_reads_after(ctx.settings, f"{ctx.workload.tenant}-reads", RECOVERY_READS))
+    ctx.log.note(f"{len(ctx.reads_after)} reads with `after` during recovery: "
+                 f"{sum(c for c, _ in ctx.reads_after)} complete, {sum(h for _, h in ctx.reads_after)} held their turn")
+
+
+async def _reads_after(settings: Settings, tenant: str, count: int) -> list[tuple[bool, bool]]:
+    """Produce a turn and at once read `context` for its words after its position, `count` times, with
+    one long-lived client (on its own tenant: the workload's turns are checked apart)."""
+    seen = []
+    async with EpistreamClient(settings) as client:
+        for n in range(count):
+            turn = Turn(tenant=tenant, conversation_id=f"r{n % 3}", turn_id=f"read-{n:03d}", speaker="Ana",
+                        text=f"Locker {n} holds the {uuid.uuid4().hex[:6]} parcel from Lisbon.",
+                        ts=datetime(2024, 5, 6, 9, n, tzinfo=UTC))
+            positions = await client.produce_turns([turn])
+            reply = await client.context(tenant=tenant, question=turn.text, budget_tokens=200,
+                                         after=list(positions.values()), timeout_s=RECOVERY_READ_BOUND_S)
+            holds = any(item.kind == "turn" and item.turn_id == turn.turn_id for item in reply.items)
+            seen.append((reply.error is None and reply.incomplete is None, holds))
+    return seen
 
 
 def _kafka_pause(ctx: Context) -> None:
@@ -170,6 +210,8 @@ SCENARIOS: list[Scenario] = [
     Scenario("pg-down", "PostgreSQL down (60 s; 20 s quick)", _pg_down),
     Scenario("kafka-restart", "Kafka broker restart", _kafka_restart),
     Scenario("kafka-paused", "broker paused with SIGSTOP (30 s; 15 s quick)", _kafka_pause),
+    Scenario("kafka-down-past-session", "broker down for three consumer session timeouts while ingest and "
+             "enrichment run; reads with `after` during recovery", _kafka_down_past_the_session, split_sessions=2),
     Scenario("model-down", "model server down (10 min; 60 s quick)", _model_down),
     Scenario("model-hung", "model server hung with SIGSTOP (5 min; 20 s quick)", _model_hung),
     Scenario("rebalance-kill", "two ingest workers in one group, one killed (rebalance)", _rebalance),

@@ -7,7 +7,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from bench.faults import workload
-from bench.faults.invariants import Counts, Observed, check_answers, check_segments, check_turns, replay_segments
+from bench.faults.invariants import (
+    Counts,
+    Observed,
+    check_answers,
+    check_reads_after,
+    check_segments,
+    check_turns,
+    replay_segments,
+)
 from bench.faults.observe import StoredSegment, StoredTurn
 from epistream.contracts.turns import SegmentCloseRequest
 from epistream.pipeline.segmenter import SegmenterConfig
@@ -101,3 +109,10 @@ def test_the_suite_refuses_a_running_stack_started_without_its_worker_settings(t
     assert settings_the_running_stack_lacks(settings) == []
     supervisor.state_file(tmp_path).write_text(json.dumps({"settings": {**recorded, "segment_idle_s": 300.0}}))
     assert settings_the_running_stack_lacks(settings) == ["segment_idle_s=300.0, wanted 3.0"]
+
+
+def test_a_read_with_after_that_replied_complete_without_its_turn_fails_the_check():
+    assert check_reads_after([(True, True), (False, False), (False, True)]).ok
+    stale = check_reads_after([(True, True), (True, False)])
+    assert not stale.ok and "1 complete without it" in stale.detail and "reads 1" in stale.detail
+    assert not check_reads_after([]).ok  # no read made: nothing was shown

@@ -176,6 +176,16 @@ def create_librdkafka_admin(settings: ClientSettings) -> AdminClient:
     return AdminClient(config)
 
 
+async def topic_id(admin: AdminClient, topic: str, *, timeout_s: float = 10.0) -> str:
+    """The broker's id of `topic` (a UUID, new each time the topic is created), with a confluent-kafka admin
+    client (aiokafka's metadata requests predate topic ids). Raises ServiceError when the broker cannot say."""
+    from confluent_kafka import TopicCollection
+
+    futures = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)
+    described = await asyncio.to_thread(admin_results, futures, f"describing {topic}", timeout_s=timeout_s)
+    return str(described[topic].topic_id)
+
+
 def admin_results(futures: dict, what: str, *, error: type[Exception] = ServiceError,
                   tolerate: tuple[str, ...] = (), timeout_s: float = 30.0) -> dict:
     """Wait for a confluent-kafka admin call's futures; each one's result by its key. A Kafka error

@@ -44,6 +44,14 @@ SELECT kafka_partition, stored_through + 1, lower(r) FROM memory.ingest_watermar
        LATERAL (SELECT r FROM unnest(stored) r WHERE lower(r) > stored_through + 1 ORDER BY r LIMIT 1) AS next
 WHERE topic = %s AND stored_through >= 0
 """
+# Marks made on another incarnation of the topic (its id differs) start again from nothing; marks not
+# yet tied to one are tied to the current one.
+FORGET_OTHER_INCARNATION = """
+UPDATE memory.ingest_watermarks SET stored_through = -1, stored = '{}', topic_id = %(id)s, updated_at = now()
+WHERE topic = %(topic)s AND topic_id <> %(id)s
+RETURNING kafka_partition
+"""
+ADOPT = "UPDATE memory.ingest_watermarks SET topic_id = %(id)s WHERE topic = %(topic)s AND topic_id IS NULL"
 # Only the mark as it was read: one raised since (a new incarnation's turns stored) is left alone.
 FORGET = """
 UPDATE memory.ingest_watermarks SET stored_through = -1, stored = '{}', updated_at = now()
@@ -100,6 +108,18 @@ async def stored_through(pool: AsyncConnectionPool, topic: str, partitions: Iter
         else:
             await cur.execute(READ, (topic, sorted(set(partitions))))
         return {int(p): int(o) for p, o in await cur.fetchall()}
+
+
+async def forget_other_incarnation(pool: AsyncConnectionPool, topic: str, current_id: str) -> list[int]:
+    """Set to -1 (nothing stored) every mark of `topic` made on an incarnation other than `current_id` (the
+    broker's topic id, read after the topic was deleted and created again), and tie the untied marks to
+    it. Returns the partitions forgotten. A chunk of the new incarnation stored in between is forgotten
+    with them: reads wait for its next chunk, which raises the mark again from its lowest range."""
+    async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        await cur.execute(FORGET_OTHER_INCARNATION, {"topic": topic, "id": current_id})
+        forgotten = sorted(int(p) for (p,) in await cur.fetchall())
+        await cur.execute(ADOPT, {"topic": topic, "id": current_id})
+    return forgotten
 
 
 def beyond_the_log(marks: Mapping[int, int], ends: Mapping[int, int]) -> dict[int, int]:

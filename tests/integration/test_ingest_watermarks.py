@@ -8,6 +8,7 @@ forgotten."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from datetime import timedelta
@@ -20,13 +21,21 @@ from epistream.consumers.read_after import read_after
 from epistream.contracts.positions import Position
 from epistream.contracts.turns import Turn
 from epistream.core.metrics import Metrics
-from epistream.messaging.kafka_io import partition_lag, records_between
-from epistream.messaging.topics import create_topic
+from epistream.errors import ServiceError
+from epistream.messaging.kafka_io import create_librdkafka_admin, partition_lag, records_between, topic_id
+from epistream.messaging.topics import create_topic, delete_topics
 from epistream.models.embeddings import Embedder
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
 from epistream.storage.db import create_pool, database_url, reader_url
-from epistream.storage.watermarks import advance, forget_beyond_the_log, gaps, stored_through, unmet
+from epistream.storage.watermarks import (
+    advance,
+    forget_beyond_the_log,
+    forget_other_incarnation,
+    gaps,
+    stored_through,
+    unmet,
+)
 
 from .helpers import LONG_SEGMENTS, T0
 
@@ -201,3 +210,31 @@ async def test_the_log_tells_a_gap_of_skipped_records_from_one_of_transaction_ma
     assert await records_between(kafka, topic, 0, committed + 1, last) is False  # the commit marker
     assert await records_between(kafka, topic, 0, aborted, after_abort + 1) is True
     assert await records_between(kafka, topic, 0, committed, committed + 1) is True
+
+
+async def test_marks_of_another_incarnation_of_the_topic_are_forgotten_by_its_id(kafka, pool, unique):
+    """Marks are tied to the broker's topic id at the first tick; after the topic is deleted and created
+    again (a new id), they start again from nothing, even while they lie inside the new log's end."""
+    topic = unique("wm-incarnation")
+    await create_topic(kafka, topic, partitions=1)
+    admin = create_librdkafka_admin(kafka)
+    first_id = await topic_id(admin, topic)
+    async with pool.connection() as conn, conn.transaction():
+        await advance(conn, {(topic, 0): [(0, 2)]})
+    assert await forget_other_incarnation(pool, topic, first_id) == []  # tied to it, kept
+    assert await stored_through(pool, topic) == {0: 2}
+
+    await delete_topics(kafka, [topic])
+    second_id = first_id
+    for _ in range(100):  # the broker deletes in the background: create until the topic is a new one
+        await create_topic(kafka, topic, partitions=1)
+        with contextlib.suppress(ServiceError):  # between the deletion and the creation
+            second_id = await topic_id(admin, topic)
+        if second_id != first_id:
+            break
+        await asyncio.sleep(0.2)
+    assert second_id != first_id
+    _produce(kafka, topic, partition=0, count=5)  # the new log's end (5) is past the old mark (2)
+    assert await forget_other_incarnation(pool, topic, second_id) == [0]
+    assert await stored_through(pool, topic) == {0: -1}
+    assert await forget_other_incarnation(pool, topic, second_id) == []  # now tied to the new one

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from kafka import KafkaProducer
 
 from epistream.client.api import context, produce_turns
 from epistream.contracts.positions import Position
@@ -36,13 +37,15 @@ pytestmark = pytest.mark.integration
 METRICS_PORT = int(os.environ.get("EPISTREAM_SUPERVISOR_METRICS_PORT", "29103")) + 70  # beside the test stack's ports
 SECOND_INGEST_PORT = METRICS_PORT + 5
 BOUND_S = 10.0  # the deployment's EPISTREAM_READ_AFTER_TIMEOUT_S: room for a rebalance on a busy machine
+GAP_GRACE_S = 2.0  # the deployment's EPISTREAM_WATERMARK_GAP_GRACE_S: a gap is looked at well within the bound
 T0 = datetime(2024, 5, 6, 9, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
 def workers(kafka) -> Iterator[Scripted]:
     with scripted_worker(kafka, no_model_call, metrics_port=METRICS_PORT, name="ryow", workers=("ingest", "answer"),
-                         overrides={"read_after_timeout_s": BOUND_S}) as running:
+                         overrides={"read_after_timeout_s": BOUND_S,
+                                    "watermark_gap_grace_s": GAP_GRACE_S}) as running:
         yield running
 
 
@@ -127,6 +130,37 @@ def test_positions_nothing_was_produced_at_are_named_not_waited_for_to_the_bound
         r"\(partition 0 ends at \d+\); not waited for", reply.incomplete), reply.incomplete
     assert waited < BOUND_S  # named at once: the bound was not spent on them
     assert _answer_metric("epistream_answer_reads_incomplete_total") == before + 1
+
+
+def _ingest_metric(name: str, **labels: str) -> float:
+    return sample_sum(read_samples(f"http://127.0.0.1:{METRICS_PORT + PORT_OFFSET['ingest']}/metrics"), name, **labels)
+
+
+def test_a_third_partys_transaction_marker_holds_the_mark_only_until_the_log_shows_it_empty(workers, tenant):
+    """A transactional producer (kafka-python) writes a turn to the turns topic: its commit marker takes an
+    offset no consumer is given, so the real ingest worker stores the turns on both sides of it and the
+    mark stops below the marker. The worker's tick reads that gap from the log, finds only the marker and
+    fills it: a read after the next turn is complete and holds both turns."""
+    before = _ingest_metric("epistream_watermark_gaps_total", outcome="empty")
+    first = _turn(tenant, "tx", 1)
+    partition = asyncio.run(produce_turns(workers.settings, [first]))["tx"].partition
+    in_transaction = _turn(tenant, "tx", 2)
+    producer = KafkaProducer(bootstrap_servers=workers.settings.kafka_bootstrap,
+                             transactional_id=f"third-party-{uuid.uuid4().hex[:6]}")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(workers.settings.topic_turns, key=b"tx", value=in_transaction.to_bytes(), partition=partition)
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    after = _turn(tenant, "tx", 3)
+    positions, reply, _ = _remember_and_recall(workers, after)
+    assert positions["tx"].partition == partition
+    assert reply.error is None and reply.incomplete is None, reply.incomplete
+    assert holds(reply, after)
+    assert _ingest_metric("epistream_watermark_gaps_total", outcome="empty") >= before + 1
+    assert _ingest_metric("epistream_watermark_gaps_total", outcome="skipped") == 0
 
 
 def _second_ingest_worker(workers: Scripted) -> ManagedProcess:
