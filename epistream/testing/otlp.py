@@ -1,10 +1,19 @@
 """A real OTLP/HTTP trace receiver on loopback, for tests and benchmarks that trace worker processes:
 the SDK's in-memory exporter cannot see other processes, so they export here as to any collector
-(POST /v1/traces, protobuf), and the spans are decoded with opentelemetry-proto."""
+(POST /v1/traces, protobuf), and the spans are decoded with opentelemetry-proto.
+
+``python -m epistream.testing.otlp --port N`` serves the same receiver in a process of its own until
+SIGTERM, so decoding costs nothing to the process that times the traced calls; it keeps counts only,
+read with ``GET /v1/stats``: ``{"spans": n, "requests": m, "services": {service.name: spans}}``."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import signal
+import sys
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -56,11 +65,14 @@ def decode(body: bytes) -> list[ReceivedSpan]:
 
 class OtlpReceiver:
     """`with OtlpReceiver() as receiver:` point OTEL_EXPORTER_OTLP_ENDPOINT at `receiver.endpoint`; the
-    spans arrive in `receiver.spans` (every export request also counted in `receiver.requests`)."""
+    spans arrive in `receiver.spans` (every export request also counted in `receiver.requests`, the spans
+    per service in `receiver.services`). `port` 0: any free one; `keep=False` keeps the counts only."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0, *, keep: bool = True) -> None:
         self.spans: list[ReceivedSpan] = []
         self.requests = 0
+        self.services: Counter[str] = Counter()
+        self._keep = keep
         self._lock = threading.Lock()
         receiver = self
 
@@ -68,13 +80,26 @@ class OtlpReceiver:
             def log_message(self, *args: object) -> None:  # quiet
                 pass
 
+            def do_GET(self) -> None:
+                if self.path != "/v1/stats":
+                    self.send_error(404)
+                    return
+                data = json.dumps(receiver.stats()).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 status = 404
                 if self.path == "/v1/traces":
                     spans = decode(body)
                     with receiver._lock:
-                        receiver.spans.extend(spans)
+                        if receiver._keep:
+                            receiver.spans.extend(spans)
+                        receiver.services.update(span.service for span in spans)
                         receiver.requests += 1
                     status = 200
                 data = ExportTraceServiceResponse().SerializeToString()
@@ -84,7 +109,7 @@ class OtlpReceiver:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @property
@@ -96,6 +121,11 @@ class OtlpReceiver:
         with self._lock:
             return list(self.spans)
 
+    def stats(self) -> dict[str, Any]:
+        """What /v1/stats answers: spans and export requests received, and the spans of each service."""
+        with self._lock:
+            return {"spans": sum(self.services.values()), "requests": self.requests, "services": dict(self.services)}
+
     def __enter__(self) -> OtlpReceiver:
         self._thread.start()
         return self
@@ -103,3 +133,22 @@ class OtlpReceiver:
     def __exit__(self, *exc: object) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m epistream.testing.otlp",
+                                description="An OTLP/HTTP trace receiver on loopback, counting what it receives "
+                                            "(GET /v1/stats), until SIGTERM.")
+    p.add_argument("--port", type=int, required=True, help="the port on 127.0.0.1 (the exporters' endpoint)")
+    args = p.parse_args(argv)
+    stop = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # before the server's threads start: they inherit it
+    with OtlpReceiver(args.port, keep=False) as receiver:
+        print(f"receiving OTLP/HTTP at {receiver.endpoint}", flush=True)
+        signal.sigwait(stop)
+        print(f"stopping: {receiver.stats()}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
