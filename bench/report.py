@@ -44,9 +44,10 @@ def machine_info(root: Path) -> dict[str, Any]:
 
 
 def run_args(prog: str, doc: str | None, argv: list[str] | None, *, turns: int, reads: int, rounds: int,
-             port: int, results: Path, help_: dict[str, str]) -> Any:
+             port: int, results: Path, help_: dict[str, str], more: Callable[[Any], None] | None = None) -> Any:
     """The arguments of a benchmark that stores `--turns`, reads `--reads` over `--rounds` on workers of its
-    own (metrics from `--port`): each at least 1. `help_` words --turns, --reads, --rounds, --results."""
+    own (metrics from `--port`): each at least 1. `help_` words --turns, --reads, --rounds, --results;
+    `more` adds the benchmark's own arguments to the parser."""
     import argparse
 
     p = argparse.ArgumentParser(prog=prog, description=(doc or "").splitlines()[0])
@@ -55,6 +56,8 @@ def run_args(prog: str, doc: str | None, argv: list[str] | None, *, turns: int, 
     p.add_argument("--rounds", type=int, default=rounds, help=f"{help_['rounds']} (default {rounds})")
     p.add_argument("--port", type=int, default=port, help=f"first of the two workers' metrics ports (default {port})")
     p.add_argument("--results", type=Path, default=results, help=help_["results"])
+    if more is not None:
+        more(p)
     args = p.parse_args(argv)
     if min(args.turns, args.reads, args.rounds) < 1:
         p.error("--turns, --reads and --rounds must be at least 1")
