@@ -17,8 +17,9 @@ would show it).
 
 The guard notices the symptom from outside Faust, so it does not depend on which path dropped them: a
 partition of this worker whose committed offset (the log's start, when retention deleted past it or
-the group never committed) trails the end of the log, has not moved for `stall_s`, while the worker's
-agent holds no record of that partition in flight. Then that partition is sought back to its
+the group never committed) trails the end of the log, has not moved for `stall_s` of the agent's idle
+time (an agent at work may have that partition's records queued behind the one it holds), with no
+record of that partition in flight. Then that partition is sought back to its
 committed offset (as Faust does after a rebalance) and the records come again. Stalled again at the
 same offset after that, the consumer itself is stuck: the process exits and its supervisor starts a
 fresh one, which reads from the committed offsets. A record handled twice is harmless: every handler
@@ -32,7 +33,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import NoReturn
 
 import faust
@@ -53,12 +54,21 @@ EXIT_STALLED = 70  # EX_SOFTWARE: the supervisor (or the orchestrator) starts th
 
 class StallGuard:
     """Counts the records an agent holds, per partition (`handling`), and tells from the group's lag
-    what to do about the partitions that stalled (`verdict`)."""
+    what to do about the partitions that stalled (`verdict`).
 
-    def __init__(self, stall_s: float = STALL_S) -> None:
+    A partition's stall clock runs only while the agent holds nothing at all: while it works on any
+    record, the fetched records of other partitions may simply be queued behind it in Faust's buffer (an
+    enrich worker holds one segment for a model call of up to minutes), which a dropped record cannot be
+    told from. Clocks pause while it works and resume when it is idle, so a partition is called stalled
+    after `stall_s` of the agent's idle time: as soon as it could have taken the records and did not."""
+
+    def __init__(self, stall_s: float = STALL_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.stall_s = stall_s
+        self.clock = clock
         self._held: Counter[tuple[str, int]] = Counter()  # (topic, partition) -> records in flight
-        # (topic, partition) -> (its committed offset, when it was first seen trailing at that offset)
+        self._busy_s = 0.0  # time spent holding at least one record, up to `_busy_since`
+        self._busy_since: float | None = None  # when the agent last went from idle to busy; None: idle
+        # (topic, partition) -> (its committed offset, the idle clock when it was first seen trailing there)
         self._trailing: dict[tuple[str, int], tuple[int, float]] = {}
         # (topic, partition) -> the committed offset it was sought back to
         self._sought: dict[tuple[str, int], int] = {}
@@ -67,32 +77,42 @@ class StallGuard:
     def in_flight(self) -> int:
         return sum(self._held.values())
 
+    def idle_clock(self, now: float) -> float:
+        """Seconds the agent has spent holding nothing (since an arbitrary origin): it moves only while idle."""
+        busy = self._busy_s + (now - self._busy_since if self._busy_since is not None else 0.0)
+        return now - busy
+
     @contextlib.contextmanager
     def handling(self, partitions: Iterable[tuple[str, int]]) -> Iterator[None]:
         """Around the handling of records of `partitions` (one entry a record), from their arrival until
         they are acknowledged."""
         held = Counter((str(t), int(p)) for t, p in partitions)
+        if not self.in_flight:
+            self._busy_since = self.clock()
         self._held.update(held)
         try:
             yield
         finally:
             self._held.subtract(held)
             self._held = +self._held  # drop the zeros: the counter stays as small as what is in flight
+            if not self.in_flight and self._busy_since is not None:
+                self._busy_s += self.clock() - self._busy_since
+                self._busy_since = None
 
     def stalled(self, lag: PartitionLag, assigned: Iterable[tuple[str, int]], now: float) -> list[tuple[str, int]]:
-        """The assigned partitions that trail at one committed offset for `stall_s` with none of their
-        records in flight (then forgotten: each is timed afresh). A partition's record in flight restarts
-        its clock, and only its: the agent is working on it, while another partition may sit dropped
-        however busy the worker is."""
+        """The assigned partitions that trail at one committed offset for `stall_s` of the agent's idle
+        time with none of their records in flight (then forgotten: each is timed afresh). A partition's
+        record in flight restarts its clock, and only its."""
         mine = {(str(t), int(p)) for t, p in assigned}
         trailing = {tp: seen for tp, seen in lag.items()
                     if tp in mine and seen[0] < seen[1] and not self._held.get(tp)}
         for tp in list(self._trailing):
             if tp not in trailing or self._trailing[tp][0] != trailing[tp][0]:
                 del self._trailing[tp]  # caught up, moved on, in flight, or no longer this worker's
+        idle = self.idle_clock(now)
         for tp, (committed, _) in trailing.items():
-            self._trailing.setdefault(tp, (committed, now))
-        stalled = sorted(tp for tp, (_, since) in self._trailing.items() if now - since >= self.stall_s)
+            self._trailing.setdefault(tp, (committed, idle))
+        stalled = sorted(tp for tp, (_, since) in self._trailing.items() if idle - since >= self.stall_s)
         for tp in stalled:
             del self._trailing[tp]
         return stalled
