@@ -42,4 +42,4 @@ GRANT EXECUTE ON FUNCTION memory.watermark_fill(int8multirange, bigint) TO epist
 -- The incarnation of the topic the marks were made on: the broker's topic id (a topic deleted and
 -- created again gets a new one). NULL until the ingest worker's tick has read it; marks of another
 -- incarnation are forgotten (epistream/storage/watermarks.py), whatever their offsets.
-ALTER TABLE memory.ingest_watermarks ADD COLUMN IF NOT EXISTS topic_id uuid;
+ALTER TABLE memory.ingest_watermarks ADD COLUMN IF NOT EXISTS topic_id text;

@@ -177,8 +177,9 @@ def create_librdkafka_admin(settings: ClientSettings) -> AdminClient:
 
 
 async def topic_id(admin: AdminClient, topic: str, *, timeout_s: float = 10.0) -> str:
-    """The broker's id of `topic` (a UUID, new each time the topic is created), with a confluent-kafka admin
-    client (aiokafka's metadata requests predate topic ids). Raises ServiceError when the broker cannot say."""
+    """The broker's id of `topic` (a UUID, in Kafka's base64 text; new each time the topic is created), with a
+    confluent-kafka admin client (aiokafka's metadata requests predate topic ids). Raises ServiceError when
+    the broker cannot say."""
     from confluent_kafka import TopicCollection
 
     futures = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)
