@@ -17,6 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from epistream.core import tracing
 from epistream.core.metrics import Metrics
+from epistream.messaging import faust_fixes
 from epistream.messaging.kafka_io import PartitionLag, faust_broker_options, faust_datadir, report_lag, worker_client_id
 from epistream.ops.resources import Resources
 from epistream.settings.processes import Settings
@@ -26,6 +27,7 @@ from .event_relay import EventRelay
 from .redelivery import StallGuard, seek_back_if_stalled
 
 log = logging.getLogger(__name__)
+faust_fixes.apply()  # before any consumer commits: Faust's commit never passes a record it dropped
 
 
 class WorkerResources(Service):

@@ -10,10 +10,13 @@ acknowledged: the committed offset stops below them, and nothing reads them agai
 is next sought to it. Seen after a broker outage longer than the session timeout: the worker rejoined
 its group with the same partitions, its agent sat idle, and the segments behind the committed offset
 waited until the broker went away again. A third path is worse and is not this guard's: a record the
-stream itself skips for an old generation or inactive flow (faust/streams.py, the generation check) is
-*acknowledged* on its way out, manual-ack streams included, so the commit may pass it: lost to the
-consumer, not stalled (the read-your-own-writes mark and the fault benchmark's invariants are what
-would show it).
+stream skips for an old generation or inactive flow (faust/streams.py and its Cython twin, the
+generation check) is not acknowledged, and Faust's commit rule lets a hole of one offset at the
+committed position pass once its successors are acknowledged: lost to the group, not stalled. That one
+is fixed where it happens, at import (epistream.messaging.faust_fixes); the store's own second line is
+the read-your-own-writes mark, which never passes a skipped turn and heals it from Kafka (gaps.py).
+Real rebalances and broker pauses on the real broker have not produced any of these drops so far
+(epistream.testing.rebalance_probe; docs/read-your-writes.md says what was tried).
 
 The guard notices the symptom from outside Faust, so it does not depend on which path dropped them: a
 partition of this worker whose committed offset (the log's start, when retention deleted past it or
