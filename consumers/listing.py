@@ -1,5 +1,6 @@
 """A conversation's memory as a listing, not a ranking: its gists in the order things happened (the
-timeline) or its current facts, packed into the question's budget as a `context` reply.
+timeline) or its current facts, packed into the question's budget as a `context` reply; or the tenant's
+conversations, a page of them in id order (what the MCP server lists and completes).
 
 A `context` question of one conversation with ``listing`` set asks for it (the MCP server's resources do): the answer
 worker reads it under the tenant's row-level security like every other read, so a client reaches
@@ -9,13 +10,14 @@ packing keeps them in that order until the budget is spent."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import AsyncConnection, sql
 
-from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, Mode, Question
-from epistream.contracts.replies import MemoryContext
+from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, ConversationPage, Mode, Question
+from epistream.contracts.replies import ConversationEntry, MemoryContext
 from epistream.errors import ContractError
 from epistream.storage.db import tenant_scope
 
@@ -50,17 +52,64 @@ LIMIT %(limit)s
 """)
 
 
+# The tenant's conversations: those with a stored turn (a forgotten one has none), in id order, from the
+# (tenant, conversation_id, turn_id) key. starts_with, not LIKE: a prefix's % and _ are no wildcards.
+CONVERSATIONS = sql.SQL("""
+SELECT t.conversation_id, count(*) AS turns, max(t.ts) AS last_turn_at
+FROM memory.turns t
+WHERE t.tenant = %(tenant)s AND starts_with(t.conversation_id, %(prefix)s)
+  AND (%(after)s::text IS NULL OR t.conversation_id > %(after)s::text)
+GROUP BY t.conversation_id
+ORDER BY t.conversation_id
+LIMIT %(limit)s
+""")
+
+CONVERSATIONS_COUNT = sql.SQL("""
+SELECT count(*) AS matching FROM (
+  SELECT DISTINCT t.conversation_id FROM memory.turns t
+  WHERE t.tenant = %(tenant)s AND starts_with(t.conversation_id, %(prefix)s)
+  LIMIT %(cap)s
+) m
+""")
+
+#: The most conversations a count reports; past it the reply's ``total`` is None (more than that).
+COUNT_MAX = 10_000
+
+
+@dataclass(frozen=True)
+class _Count:
+    matching: int
+
+
 class ListingRefused(ContractError):
-    """A listing asked of another mode than `context`, or of other than exactly one conversation."""
+    """A listing asked of another mode than `context`, or of other conversations than it lists."""
 
 
-def check_listing(question: Question) -> str:
-    """The conversation a listing question lists; refused (dead-lettered, the asker told why) unless it
-    is a `context` question of exactly one conversation: a listing another mode would ignore is refused."""
+def check_listing(question: Question) -> str | None:
+    """The conversation a listing question lists (None: the conversations listing, which names none);
+    refused (dead-lettered, the asker told why) unless it is a `context` question of exactly one
+    conversation (of none, for the conversations listing): a listing another mode would ignore is refused."""
+    if question.listing == "conversations":
+        if question.mode is not Mode.CONTEXT or question.conversation_ids:
+            raise ListingRefused("the conversations listing is a context read that names no conversation")
+        return None
     if question.mode is not Mode.CONTEXT or len(question.conversation_ids or ()) != 1:
         raise ListingRefused("a listing is a context read of exactly one conversation (one conversation_ids entry)")
     assert question.conversation_ids is not None
     return question.conversation_ids[0]
+
+
+async def _conversations(conn: AsyncConnection, tenant: str,
+                         page: ConversationPage) -> tuple[list[ConversationEntry], bool, int | None]:
+    """A page of the tenant's conversations, whether another follows, and (asked to count) how many match."""
+    params: dict[str, Any] = {"tenant": tenant, "prefix": page.prefix, "after": page.after, "limit": page.limit + 1}
+    rows = await typed_rows(conn, ConversationEntry, CONVERSATIONS, params)
+    total = None
+    if page.count:
+        counted = await typed_rows(conn, _Count, CONVERSATIONS_COUNT,
+                                   {"tenant": tenant, "prefix": page.prefix, "cap": COUNT_MAX + 1})
+        total = counted[0].matching if counted[0].matching <= COUNT_MAX else None
+    return rows[: page.limit], len(rows) > page.limit, total
 
 
 async def _listed(conn: AsyncConnection, listing: str | None, params: dict[str, Any]) -> list[Candidate]:
@@ -75,19 +124,23 @@ async def _listed(conn: AsyncConnection, listing: str | None, params: dict[str, 
 
 async def read_listing(question: Question, deps: MetricDeps) -> MemoryContext:
     """The reply to a question with ``listing``: its one conversation's timeline or current facts, in
-    time order, within its budget."""
+    time order, within its budget; or a page of the tenant's conversations."""
     started = time.perf_counter()
     conversation = check_listing(question)
     budget = question.budget_tokens or CONTEXT_BUDGET_DEFAULT
-    params: dict[str, Any] = {"tenant": question.tenant, "conversation": conversation, "limit": LISTING_ROWS}
+    reply = MemoryContext(question_id=question.question_id, tenant=question.tenant,
+                          asked_at=question.asked_at or datetime.now(UTC), items=[], text="", budget_tokens=budget,
+                          used_tokens=0, latency_ms=0.0)
     async with deps.read_pool.connection() as conn, tenant_scope(conn, question.tenant):
-        candidates = await _listed(conn, question.listing, params)
-    packed = pack(candidates, budget)
-    reply = MemoryContext(
-        question_id=question.question_id, tenant=question.tenant, asked_at=question.asked_at or datetime.now(UTC),
-        items=packed.items, text=packed.text, budget_tokens=budget, used_tokens=packed.used_tokens,
-        latency_ms=round((time.perf_counter() - started) * 1000, 2),
-    )
-    deps.metrics.questions_answered.labels("context", "answered" if reply.items else "empty").inc()
+        if conversation is None:
+            entries, more, total = await _conversations(conn, question.tenant, question.page or ConversationPage())
+            reply = reply.model_copy(update={"conversations": entries, "more": more, "total": total})
+        else:
+            params: dict[str, Any] = {"tenant": question.tenant, "conversation": conversation, "limit": LISTING_ROWS}
+            packed = pack(await _listed(conn, question.listing, params), budget)
+            reply = reply.model_copy(update={"items": packed.items, "text": packed.text,
+                                             "used_tokens": packed.used_tokens})
+    reply = reply.model_copy(update={"latency_ms": round((time.perf_counter() - started) * 1000, 2)})
+    answered = reply.items or reply.conversations
+    deps.metrics.questions_answered.labels("context", "answered" if answered else "empty").inc()
     return reply
-

@@ -14,14 +14,14 @@ import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Literal, Self
+from typing import Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import RecordMetadata
 
 from epistream.contracts.decoding import decode, validated
 from epistream.contracts.positions import Position
-from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, Mode, Question
+from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, ConversationPage, Listing, Mode, Question
 from epistream.contracts.replies import Answer, MemoryContext
 from epistream.contracts.turns import ForgetRecord, Turn
 from epistream.core import tracing
@@ -234,21 +234,21 @@ class EpistreamClient:
         since: datetime | None = None, until: datetime | None = None, conversation_ids: list[str] | None = None,
         asked_at: datetime | None = None, reply_topic: str | None = None, timeout_s: float = 30.0,
         tenant_key: bytes | None = None, after: After | None = None,
-        listing: Literal["timeline", "facts"] | None = None,
+        listing: Listing | None = None, page: ConversationPage | None = None,
     ) -> MemoryContext:
         """The best memory for ``question`` within ``budget_tokens``, for the caller's own model (no model
         call): a `context` question through memory.questions, its MemoryContext from the reply topic.
         ``since``/``until``: only memory of [since, until); ``asked_at`` (default now) anchors "last week";
         ``after`` (positions from produce_turns): read once ingest stored through them, else marked
         `incomplete`; ``listing``: instead, the one conversation's gists in time order ("timeline") or
-        current facts."""
+        current facts, or (with ``page``, naming no conversation) a page of the tenant's conversations."""
         request = validated(
             Question, what="context request",
             question_id=f"c-{uuid.uuid4()}", tenant=tenant, question=question, conversation_ids=conversation_ids,
             asked_at=asked_at or datetime.now(UTC), mode=Mode.CONTEXT, reply_topic=reply_topic,
             budget_tokens=budget_tokens,
             time_range=None if since is None and until is None else {"start": since, "end": until},
-            after=_positions(after), listing=listing,
+            after=_positions(after), listing=listing, page=page,
         )
         return decode(await self._request(request, timeout_s, tenant_key), MemoryContext, what="context reply")
 

@@ -39,6 +39,12 @@ REPLY_PARTITION_MAX = 9_999
 #: The modes that read memory through the budgeted context builder (budget and time range apply).
 CONTEXT_MODES = frozenset({"context", "fast"})
 
+#: What a `context` question with ``listing`` lists: one conversation's gists in time order (timeline) or
+#: current facts, or the tenant's conversations (a page of them, in id order).
+Listing = Literal["timeline", "facts", "conversations"]
+#: The most conversations one page of the conversations listing holds.
+CONVERSATIONS_PAGE_MAX = 100
+
 
 def check_budget(tokens: int) -> int:
     """A token budget in the range a context read accepts (a ValueError says the range)."""
@@ -65,6 +71,19 @@ class TimeRange(BaseModel):
         return self
 
 
+class ConversationPage(BaseModel):
+    """Which page of the tenant's conversations a ``conversations`` listing reads: the ids that start with
+    ``prefix``, in id order, after ``after`` (the last id of the page before), at most ``limit`` of them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prefix: Annotated[str, StringConstraints(max_length=200), AfterValidator(storable_text)] = ""
+    after: Identifier | None = None
+    limit: Annotated[int, Field(ge=1, le=CONVERSATIONS_PAGE_MAX)] = CONVERSATIONS_PAGE_MAX
+    #: also count every id that starts with ``prefix`` (the reply's ``total``, up to a bound)
+    count: bool = False
+
+
 class Question(Contract):
     """`memory.questions`, keyed by question id."""
 
@@ -84,7 +103,14 @@ class Question(Contract):
     time_range: TimeRange | None = None
     #: any mode: read once ingest has stored memory.turns through these (bounded wait; see `incomplete`)
     after: Annotated[list[Position], Field(max_length=1_000)] | None = None
-    listing: Literal["timeline", "facts"] | None = None  # context, one conversation: consumers/listing.py
+    listing: Listing | None = None  # context only: consumers/listing.py
+    page: ConversationPage | None = None  # the conversations listing only
+
+    @model_validator(mode="after")
+    def _page_only_where_listed(self) -> Question:
+        if (self.page is not None) != (self.listing == "conversations"):
+            raise ValueError("a page goes with the conversations listing, and that listing takes one")
+        return self
 
     @model_validator(mode="after")
     def _budget_only_where_read(self) -> Question:

@@ -93,6 +93,16 @@ class MemoryItem(BaseModel):
     tokens: int  # estimate_tokens(line)
 
 
+class ConversationEntry(BaseModel):
+    """One conversation of a ``conversations`` listing: its id, how many turns it holds, when the last was said."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    conversation_id: str
+    turns: int
+    last_turn_at: datetime
+
+
 class MemoryContext(Contract):
     """The reply to a `context` question (on its reply topic, keyed by question id, beside answers:
     ``kind`` tells the two apart). ``text`` is the items' lines in time order, under a header per
@@ -114,3 +124,9 @@ class MemoryContext(Contract):
     error: str | None = None
     #: why the read may miss turns the question's `after` named (not stored in time); None: it did not
     incomplete: str | None = None
+    #: the ``conversations`` listing: a page of the tenant's conversations in id order (``items`` is empty)
+    conversations: list[ConversationEntry] | None = None
+    #: that listing: whether another page follows (ask again with the last id as the page's ``after``)
+    more: bool | None = None
+    #: that listing asked with ``count``: how many conversations start with the prefix; None: more than it counts
+    total: int | None = None

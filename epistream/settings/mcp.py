@@ -5,7 +5,7 @@ it (`McpServerSettings`, with a client's settings), so it is not part of the wor
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, SecretStr
 from pydantic_settings import BaseSettings
@@ -33,6 +33,11 @@ class McpSettings(BaseSettings):
                                  description="Longest an MCP remember, recall or forget call may take.")
     mcp_ask_timeout_s: float = Field(300.0, gt=0, le=3600,
                                      description="Longest an MCP ask call may take (a model answers it).")
+    mcp_log_level: Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"] = Field(
+        "warning", description="The least severe MCP log notification `epistream mcp` sends a client that has not "
+        "set a level (logging/setLevel): what the server itself does, never memory's text.")
+    mcp_events_retry_s: float = Field(5.0, gt=0, le=600, description="How long the MCP server waits before reading "
+                                      "memory events again (for its resource notifications) after a failed read.")
 
     @property
     def mcp_key(self) -> bytes | None:

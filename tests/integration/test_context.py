@@ -27,11 +27,10 @@ from epistream.models.llm import ModelClient, create_client
 from epistream.models.prompts import estimate_tokens
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
-from epistream.pipeline.segmenter import SegmenterConfig
 from epistream.storage.db import create_pool, tenant_scope
 from epistream.testing.scripted_llm import ScriptedLLM
 
-from .helpers import make_turns
+from .helpers import make_turns, store_turns
 from .seed import seed_memory
 
 pytestmark = pytest.mark.integration
@@ -54,7 +53,7 @@ def memory(postgres):
     seed_memory(postgres, other, "conv-b")
     secret = make_turns(other, "conv-b-secret", [("Zed", "My zebra Quixote plays the xylophone in Lisbon.")])
     embedder = Embedder.from_settings(postgres)
-    _ingest(postgres, embedder, secret)
+    store_turns(postgres, embedder, secret)
     return tenant, other, embedder
 
 
@@ -74,18 +73,6 @@ def _read(postgres, embedder, *, recipes: Recipes | None = None, read: ContextRe
         finally:
             await pool.close()
     return asyncio.run(go())
-
-
-def _ingest(postgres, embedder, turns) -> None:
-    async def go() -> None:
-        pool = create_pool(postgres)
-        await pool.open(wait=True)
-        try:
-            await ingest_batch([RawRecord("memory.turns", 0, n, None, t.to_bytes(), None) for n, t in enumerate(turns)],
-                               pool=pool, embedder=embedder, metrics=Metrics.create(), segmenter=SegmenterConfig())
-        finally:
-            await pool.close()
-    asyncio.run(go())
 
 
 @pytest.mark.parametrize("budget", [50, 120, 1000])
@@ -241,7 +228,7 @@ def test_the_turns_of_a_speaker_the_question_names_come_first(postgres, memory):
     dana_and_eli = make_turns(tenant, "conv-bikes", [("Dana", "I bought a red bicycle and a red helmet."),
                                                        ("Eli", "Me too, a bicycle, on the same day.")],
                               start=datetime(2024, 3, 18, 9, 0, tzinfo=UTC))
-    _ingest(postgres, embedder, dana_and_eli)
+    store_turns(postgres, embedder, dana_and_eli)
     ask = {"tenant": tenant, "question": "Which red bicycle did Eli buy?", "budget_tokens": 1000,
            "conversation_ids": ["conv-bikes"]}
     named = _read(postgres, embedder, **ask)

@@ -1,6 +1,8 @@
 """A conversation's listing on the real PostgreSQL (the MCP server's resources read it through the answer
 worker): the timeline is every gist of that conversation in the order things happened; the facts are
-its current ones only; neither shows another conversation's or another tenant's memory; the budget holds."""
+its current ones only; neither shows another conversation's or another tenant's memory; the budget holds.
+The conversations listing pages through the tenant's conversation ids by prefix, and never names another
+tenant's."""
 
 from __future__ import annotations
 
@@ -14,12 +16,13 @@ from psycopg_pool import AsyncConnectionPool
 
 from epistream.consumers.listing import ListingRefused, check_listing, read_listing
 from epistream.consumers.retrieval import Recipes
-from epistream.contracts.questions import Mode, Question
+from epistream.contracts.questions import ConversationPage, Mode, Question
 from epistream.contracts.replies import MemoryContext
 from epistream.core.metrics import Metrics
 from epistream.models.embeddings import Embedder
 from epistream.storage.db import create_pool
 
+from .helpers import make_turns, store_turns
 from .seed import KNOWN_OUTPUT, seed_memory
 
 pytestmark = pytest.mark.integration
@@ -45,10 +48,12 @@ def seeded(postgres):
 
 
 def _listing(postgres, tenant: str, listing: str, *, conversation: str = "conv-a", budget: int = 4000) -> MemoryContext:
-    question = Question(question_id=f"l-{uuid.uuid4()}", tenant=tenant, question=listing, mode=Mode.CONTEXT,
-                        conversation_ids=[conversation], asked_at=datetime(2024, 3, 27, tzinfo=UTC),
-                        budget_tokens=budget, listing=listing)
+    return _read(postgres, Question(question_id=f"l-{uuid.uuid4()}", tenant=tenant, question=listing,
+                                    mode=Mode.CONTEXT, conversation_ids=[conversation],
+                                    asked_at=datetime(2024, 3, 27, tzinfo=UTC), budget_tokens=budget, listing=listing))
 
+
+def _read(postgres, question: Question) -> MemoryContext:
     async def go() -> MemoryContext:
         pool = create_pool(postgres)
         await pool.open(wait=True)
@@ -99,3 +104,41 @@ def test_a_listing_needs_exactly_one_conversation_and_the_context_mode():
                    {"mode": Mode.FAST, "conversation_ids": ["a"]}):
         with pytest.raises(ListingRefused, match="exactly one conversation"):
             check_listing(Question(**base, **fields))
+    listed = base | {"listing": "conversations", "page": ConversationPage()}
+    assert check_listing(Question(**listed, mode=Mode.CONTEXT)) is None
+    with pytest.raises(ListingRefused, match="names no conversation"):
+        check_listing(Question(**listed, mode=Mode.CONTEXT, conversation_ids=["a"]))
+
+
+@pytest.fixture(scope="module")
+def conversations(postgres):
+    """Tenant A's conversations proj-1, proj-2, proj-3, proj_x (a wildcard in a LIKE) and misc; tenant B's
+    proj-15 and proj-2 (between and among A's ids)."""
+    run = uuid.uuid4().hex[:8]
+    mine, theirs = f"convs-a-{run}", f"convs-b-{run}"
+    embedder = Embedder.from_settings(postgres)
+    turns = [("Ana", "Hello."), ("Rui", "Hi there.")]
+    for tenant, ids in ((mine, ["proj-1", "proj-2", "proj-3", "proj_x", "misc"]), (theirs, ["proj-15", "proj-2"])):
+        store_turns(postgres, embedder, [t for c in ids for t in make_turns(tenant, c, turns)])
+    return mine
+
+
+def _page(postgres, tenant: str, **page) -> MemoryContext:
+    return _read(postgres, Question(question_id=f"l-{uuid.uuid4()}", tenant=tenant, question="conversations",
+                                    mode=Mode.CONTEXT, listing="conversations", page=ConversationPage(**page)))
+
+
+def _ids(reply: MemoryContext) -> list[str]:
+    return [c.conversation_id for c in reply.conversations or []]
+
+
+def test_the_conversations_listing_pages_by_prefix_and_counts_within_the_tenant(postgres, conversations):
+    first = _page(postgres, conversations, prefix="proj-", limit=2, count=True)
+    assert _ids(first) == ["proj-1", "proj-2"] and first.more is True
+    assert first.total == 3 and all(c.turns == 2 for c in first.conversations or [])  # not tenant B's proj-15
+    rest = _page(postgres, conversations, prefix="proj-", limit=2, after="proj-2")
+    assert _ids(rest) == ["proj-3"] and rest.more is False and rest.total is None
+    assert _ids(_page(postgres, conversations)) == ["misc", "proj-1", "proj-2", "proj-3", "proj_x"]
+    assert _ids(_page(postgres, conversations, prefix="proj_")) == ["proj_x"]
+    nobody = _page(postgres, f"convs-nobody-{uuid.uuid4().hex[:6]}", count=True)
+    assert nobody.conversations == [] and nobody.total == 0
