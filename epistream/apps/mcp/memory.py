@@ -23,7 +23,7 @@ from epistream.client import api
 from epistream.client.api import EventBatch, EventCursorError  # noqa: F401  (the server catches it from here)
 from epistream.client.session import EpistreamClient
 from epistream.contracts.positions import Position
-from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, CONTEXT_BUDGET_MAX, Question
+from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, CONTEXT_BUDGET_MAX, ConversationPage, Question
 from epistream.contracts.replies import Answer, MemoryContext
 from epistream.contracts.turns import Turn
 from epistream.settings.processes import ClientSettings
@@ -113,6 +113,13 @@ async def read_listing(client: EpistreamClient, *, tenant: str, conversation_id:
     return await client.context(tenant=tenant, question=listing, budget_tokens=CONTEXT_BUDGET_MAX,
                                 conversation_ids=[conversation_id], listing=listing, timeout_s=timeout_s,
                                 tenant_key=tenant_key)
+
+
+async def read_conversations(client: EpistreamClient, *, tenant: str, page: ConversationPage, timeout_s: float,
+                             tenant_key: bytes | None) -> MemoryContext:
+    """A page of the tenant's conversations (the resource list, completions): the conversations listing."""
+    return await client.context(tenant=tenant, question="conversations", listing="conversations", page=page,
+                                timeout_s=timeout_s, tenant_key=tenant_key)
 
 
 async def read_events(settings: ClientSettings, *, tenant: str, after: Mapping[int, int] | None, wait_s: float,

@@ -1,5 +1,6 @@
 """The MCP server: five tools over one EpistreamClient kept for the server's lifetime (its lifespan), for
-one tenant, each call bounded by a timeout.
+one tenant, each call bounded by a timeout; the conversations' timeline and facts as resources (listed,
+completed, subscribed to: conversations.py, notify.py, watch.py).
 
 Every call ends in a result or a tool error (``is_error``) whose text says why: arguments the schema
 or the contracts refuse, Kafka unreachable, no reply within the timeout, the answer worker's own
@@ -8,15 +9,20 @@ error. Nothing a caller sends can crash the server or leave a call waiting past 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Annotated, Literal, TypeVar
 
+import mcp_types as types
 from aiokafka.errors import KafkaError
-from mcp.server import MCPServer
+from mcp.server import MCPServer, NotificationOptions
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
@@ -29,16 +35,24 @@ from epistream.apps.mcp.arguments import (
     recall_question,
     turns_for,
 )
+from epistream.apps.mcp.changes import RESOURCES
+from epistream.apps.mcp.conversations import ConversationResources
+from epistream.apps.mcp.notify import Notifier
+from epistream.apps.mcp.watch import EventWatch
 from epistream.client.session import EpistreamClient
 from epistream.contracts.events import MemoryEvent
-from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, CONTEXT_BUDGET_MAX, CONTEXT_BUDGET_MIN, Question
+from epistream.contracts.questions import (
+    CONTEXT_BUDGET_DEFAULT,
+    CONTEXT_BUDGET_MAX,
+    CONTEXT_BUDGET_MIN,
+    ConversationPage,
+    Question,
+)
 from epistream.contracts.replies import Answer, MemoryContext
 from epistream.errors import ContractError
 from epistream.settings.processes import McpServerSettings
 
 log = logging.getLogger(__name__)
-#: The resources' URIs: RESOURCES/<conversation id>/timeline and .../facts.
-RESOURCES = "epistream://conversations"
 T = TypeVar("T")
 
 INSTRUCTIONS = """Long-term memory of conversations (epistream). `remember` stores turns as they are said;
@@ -48,7 +62,9 @@ in your prompt (no model call, a second or so); `ask` has epistream answer from 
 sees what was remembered. `events` says what changed in memory since its `cursor` (turns stored, segments
 closed and enriched, facts superseded, conversations forgotten): poll it, passing the cursor back.
 Resources: epistream://conversations/<id>/timeline (its events in time order) and
-epistream://conversations/<id>/facts (its current facts)."""
+epistream://conversations/<id>/facts (its current facts), listed per conversation, with the id completed;
+subscribe to one to be told when it changes (a segment enriched, a fact superseded, the conversation
+forgotten), and to the list to be told when a conversation appears or is forgotten."""
 
 ConversationIds = Annotated[list[str] | None, Field(
     description="Only these conversations (default: every conversation of the tenant).")]
@@ -243,6 +259,19 @@ class Tools:
         # In the listing's order (when things happened), not the text block's (when they were said).
         return "\n".join(item.line for item in reply.items)
 
+    async def conversation_page(self, page: ConversationPage) -> MemoryContext:
+        """A page of the tenant's conversations (resources/list, completion/complete), or an MCPError saying why not."""
+        timeout = self.settings.mcp_timeout_s
+        try:
+            reply: MemoryContext = await self._bounded("conversations listing", memory.read_conversations(
+                self.client, tenant=self.tenant, page=page, timeout_s=timeout, tenant_key=self.key), timeout,
+                error=ResourceError)
+        except (ResourceError, ToolError) as exc:
+            raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
+        if reply.error:
+            raise MCPError(types.INTERNAL_ERROR, f"the answer worker could not list conversations: {reply.error}")
+        return reply
+
     async def timeline(self, conversation_id: str) -> str:
         """The conversation's gists (one-sentence events, each starting with its date) in time order."""
         return await self._listing(conversation_id, "timeline")
@@ -255,17 +284,63 @@ class Tools:
 def build_server(settings: McpServerSettings, tenant: str) -> MCPServer:
     """The MCP server for `tenant` (arguments.served_tenant checked its name)."""
     tools = Tools(settings, tenant)
-    server: MCPServer = MCPServer("epistream", instructions=INSTRUCTIONS, log_level="WARNING", lifespan=tools.lifespan)
+    bus = InMemorySubscriptionBus()
+    notifier = Notifier(bus, default_level=settings.mcp_log_level)
+    watch = EventWatch(settings, tenant, notifier)
+
+    @asynccontextmanager
+    async def lifespan(server: object) -> AsyncIterator[dict]:
+        async with tools.lifespan(server) as state, watch.running():
+            yield state
+
+    server: MCPServer = MCPServer("epistream", instructions=INSTRUCTIONS, log_level="WARNING", lifespan=lifespan,
+                                  subscriptions=bus, middleware=[notifier])
     server.add_tool(tools.remember, annotations=ToolAnnotations(destructive_hint=False))
     server.add_tool(tools.recall, annotations=ToolAnnotations(read_only_hint=True))
     server.add_tool(tools.ask, annotations=ToolAnnotations(read_only_hint=True))
     server.add_tool(tools.forget, annotations=ToolAnnotations(destructive_hint=True))
     server.add_tool(tools.events, annotations=ToolAnnotations(read_only_hint=True))
-    server.resource(f"{RESOURCES}/{{conversation_id}}/timeline", name="timeline", mime_type="text/plain",
+    templates = (f"{RESOURCES}/{{conversation_id}}/timeline", f"{RESOURCES}/{{conversation_id}}/facts")
+    server.resource(templates[0], name="timeline", mime_type="text/plain",
                     description="A conversation's gists in time order")(tools.timeline)
-    server.resource(f"{RESOURCES}/{{conversation_id}}/facts", name="facts", mime_type="text/plain",
+    server.resource(templates[1], name="facts", mime_type="text/plain",
                     description="A conversation's current facts")(tools.facts)
+    _serve_live(server, ConversationResources(tools.conversation_page, frozenset(templates)), notifier, watch)
     return server
+
+
+def _serve_live(server: MCPServer, conversations: ConversationResources, notifier: Notifier,
+                watch: EventWatch) -> None:
+    """The requests MCPServer has no decorator for, on its lowlevel Server (the SDK's own Client reaches it
+    the same way): the resource list by page, subscriptions of both eras, the log level; and completion."""
+    lowlevel = server._lowlevel_server
+    listen = ListenHandler(notifier.bus)
+
+    async def positioned() -> None:
+        # A subscription is honoured from its answer on: the events reader must hold its place by then.
+        if not await watch.positioned():
+            raise MCPError(types.INTERNAL_ERROR, "memory events cannot be read (is Kafka at "
+                           f"{watch.settings.kafka_bootstrap} up?): no notification could be sent")
+
+    async def subscribe(ctx: ServerRequestContext, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        await positioned()
+        return await notifier.subscribe(ctx, params)
+
+    async def listen_from_now(ctx: ServerRequestContext,
+                              params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
+        await positioned()
+        return await listen(ctx, params)
+
+    lowlevel.add_request_handler("resources/list", types.PaginatedRequestParams, conversations.list_resources)
+    lowlevel.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
+    lowlevel.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, notifier.unsubscribe)
+    lowlevel.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, listen_from_now)
+    lowlevel.add_request_handler("logging/setLevel", types.SetLevelRequestParams, notifier.set_level)
+    server.completion()(conversations.complete)
+    # Handshake-era clients learn of list_changed from the initialize result's capabilities, which the SDK
+    # builds with no NotificationOptions wherever it serves (stdio, each HTTP session): give it ours.
+    lowlevel.create_initialization_options = functools.partial(  # type: ignore[method-assign]
+        lowlevel.create_initialization_options, NotificationOptions(resources_changed=True))
 
 
 def serve(settings: McpServerSettings, *, tenant: str, transport: Literal["stdio", "http"], host: str,
