@@ -10,20 +10,20 @@ packing keeps them in that order until the budget is spent."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import AsyncConnection, sql
 
 from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, ConversationPage, Mode, Question
-from epistream.contracts.replies import ConversationEntry, MemoryContext
+from epistream.contracts.replies import MemoryContext
 from epistream.errors import ContractError
 from epistream.storage.db import tenant_scope
 
 from .context import MetricDeps
 from .packing import Candidate, fact_candidate, gist_candidate, pack
 from .retrieval import GistRow, StatedFact
+from .retrieval.conversations import conversations_page
 from .retrieval.execute import typed_rows
 
 #: Most rows read for one listing: far more than the largest budget (32,000 tokens) holds.
@@ -52,35 +52,6 @@ LIMIT %(limit)s
 """)
 
 
-# The tenant's conversations: those with a stored turn (a forgotten one has none), in id order, from the
-# (tenant, conversation_id, turn_id) key. starts_with, not LIKE: a prefix's % and _ are no wildcards.
-CONVERSATIONS = sql.SQL("""
-SELECT t.conversation_id, count(*) AS turns, max(t.ts) AS last_turn_at
-FROM memory.turns t
-WHERE t.tenant = %(tenant)s AND starts_with(t.conversation_id, %(prefix)s)
-  AND (%(after)s::text IS NULL OR t.conversation_id > %(after)s::text)
-GROUP BY t.conversation_id
-ORDER BY t.conversation_id
-LIMIT %(limit)s
-""")
-
-CONVERSATIONS_COUNT = sql.SQL("""
-SELECT count(*) AS matching FROM (
-  SELECT DISTINCT t.conversation_id FROM memory.turns t
-  WHERE t.tenant = %(tenant)s AND starts_with(t.conversation_id, %(prefix)s)
-  LIMIT %(cap)s
-) m
-""")
-
-#: The most conversations a count reports; past it the reply's ``total`` is None (more than that).
-COUNT_MAX = 10_000
-
-
-@dataclass(frozen=True)
-class _Count:
-    matching: int
-
-
 class ListingRefused(ContractError):
     """A listing asked of another mode than `context`, or of other conversations than it lists."""
 
@@ -97,19 +68,6 @@ def check_listing(question: Question) -> str | None:
         raise ListingRefused("a listing is a context read of exactly one conversation (one conversation_ids entry)")
     assert question.conversation_ids is not None
     return question.conversation_ids[0]
-
-
-async def _conversations(conn: AsyncConnection, tenant: str,
-                         page: ConversationPage) -> tuple[list[ConversationEntry], bool, int | None]:
-    """A page of the tenant's conversations, whether another follows, and (asked to count) how many match."""
-    params: dict[str, Any] = {"tenant": tenant, "prefix": page.prefix, "after": page.after, "limit": page.limit + 1}
-    rows = await typed_rows(conn, ConversationEntry, CONVERSATIONS, params)
-    total = None
-    if page.count:
-        counted = await typed_rows(conn, _Count, CONVERSATIONS_COUNT,
-                                   {"tenant": tenant, "prefix": page.prefix, "cap": COUNT_MAX + 1})
-        total = counted[0].matching if counted[0].matching <= COUNT_MAX else None
-    return rows[: page.limit], len(rows) > page.limit, total
 
 
 async def _listed(conn: AsyncConnection, listing: str | None, params: dict[str, Any]) -> list[Candidate]:
@@ -133,7 +91,7 @@ async def read_listing(question: Question, deps: MetricDeps) -> MemoryContext:
                           used_tokens=0, latency_ms=0.0)
     async with deps.read_pool.connection() as conn, tenant_scope(conn, question.tenant):
         if conversation is None:
-            entries, more, total = await _conversations(conn, question.tenant, question.page or ConversationPage())
+            entries, more, total = await conversations_page(conn, question.tenant, question.page or ConversationPage())
             reply = reply.model_copy(update={"conversations": entries, "more": more, "total": total})
         else:
             params: dict[str, Any] = {"tenant": question.tenant, "conversation": conversation, "limit": LISTING_ROWS}

@@ -14,6 +14,7 @@
 - ``speakers``: the speakers a question names (looked up among the tenant's), and the
   question without their names.
 - ``seeds``: the tools' semantic and lexical searches over gists and turns.
+- ``conversations``: a page of the tenant's conversation ids by prefix (the MCP resource list).
 - ``execute``: running a statement into dict rows, or typed ones.
 
 The package hands on the recipes, the reads and the rows they return, which the rest of the

@@ -36,6 +36,8 @@ class McpSettings(BaseSettings):
     mcp_log_level: Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"] = Field(
         "warning", description="The least severe MCP log notification `epistream mcp` sends a client that has not "
         "set a level (logging/setLevel): what the server itself does, never memory's text.")
+    mcp_list_page: int = Field(50, ge=1, le=100, description="Conversations one MCP resources/list page names "
+                               "(two resources each); the next page is behind its cursor.")
     mcp_events_retry_s: float = Field(5.0, gt=0, le=600, description="How long the MCP server waits before reading "
                                       "memory events again (for its resource notifications) after a failed read.")
 

@@ -41,12 +41,13 @@ def _server_command(tenant: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "epistream.apps.cli.main", "mcp", "--tenant", tenant, *extra]
 
 
-def _stdio(tenant: str, env: dict[str, str] | None = None) -> Client:
+def _stdio(tenant: str, env: dict[str, str] | None = None, **options: Any) -> Client:
+    """The SDK's client of a stdio server for `tenant` (`options`: the Client's, e.g. its protocol mode)."""
     # The SDK starts a stdio server with a minimal environment: the EPISTREAM_* settings go in `env`,
     # as an MCP client's configuration gives them (docs/mcp.md).
     params = StdioServerParameters(command=sys.executable, args=_server_command(tenant)[1:],
                                    env=dict(os.environ) | (env or {}), cwd=str(ROOT))
-    return Client(params, read_timeout_seconds=CALL_TIMEOUT_S)
+    return Client(params, read_timeout_seconds=CALL_TIMEOUT_S, **options)
 
 
 def _free_port() -> int:
@@ -57,9 +58,16 @@ def _free_port() -> int:
 
 @asynccontextmanager
 async def _http(tenant: str) -> AsyncIterator[Client]:
+    async with _http_server(tenant) as url, Client(url, read_timeout_seconds=CALL_TIMEOUT_S) as client:
+        yield client
+
+
+@asynccontextmanager
+async def _http_server(tenant: str, env: dict[str, str] | None = None) -> AsyncIterator[str]:
+    """A streamable-HTTP server for `tenant` (`env`: settings over the test's); yields its URL."""
     port = _free_port()
     server = subprocess.Popen(_server_command(tenant, "--transport", "http", "--port", str(port)), cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                              env=dict(os.environ) | (env or {}), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -71,8 +79,7 @@ async def _http(tenant: str) -> AsyncIterator[Client]:
             except OSError:
                 assert time.monotonic() < deadline, "the HTTP server never listened"
                 await asyncio.sleep(0.2)
-        async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=CALL_TIMEOUT_S) as client:
-            yield client
+        yield f"http://127.0.0.1:{port}/mcp"
     finally:
         server.terminate()
         server.wait(timeout=30)

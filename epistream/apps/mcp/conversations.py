@@ -19,8 +19,6 @@ from epistream.apps.mcp.changes import uri
 from epistream.contracts.questions import CONVERSATIONS_PAGE_MAX, ConversationPage
 from epistream.contracts.replies import ConversationEntry, MemoryContext
 
-#: Conversations a `resources/list` page names (two resources each).
-LIST_PAGE = 50
 #: The argument of the resource templates that completes.
 ARGUMENT = "conversation_id"
 _CURSOR = "cv1."
@@ -60,15 +58,16 @@ def resources_of(entry: ConversationEntry) -> list[types.Resource]:
 class ConversationResources:
     """The handlers, over a function that reads a page of the conversations listing."""
 
-    def __init__(self, read: ReadPage, templates: frozenset[str]) -> None:
+    def __init__(self, read: ReadPage, templates: frozenset[str], *, page_size: int) -> None:
         self._read = read
         self._templates = templates
+        self._page_size = page_size  # conversations a resources/list page names
 
     async def list_resources(self, ctx: ServerRequestContext[Any, Any],
                              params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         cursor = params.cursor if params is not None else None
         try:
-            page = ConversationPage(after=None if cursor is None else page_after(cursor), limit=LIST_PAGE)
+            page = ConversationPage(after=None if cursor is None else page_after(cursor), limit=self._page_size)
         except ValidationError:
             raise MCPError(types.INVALID_PARAMS, "not a cursor of resources/list") from None
         reply = await self._read(page)

@@ -305,7 +305,8 @@ def build_server(settings: McpServerSettings, tenant: str) -> MCPServer:
                     description="A conversation's gists in time order")(tools.timeline)
     server.resource(templates[1], name="facts", mime_type="text/plain",
                     description="A conversation's current facts")(tools.facts)
-    _serve_live(server, ConversationResources(tools.conversation_page, frozenset(templates)), notifier, watch)
+    _serve_live(server, ConversationResources(tools.conversation_page, frozenset(templates),
+                                              page_size=settings.mcp_list_page), notifier, watch)
     return server
 
 
