@@ -9,7 +9,6 @@ error. Nothing a caller sends can crash the server or leave a call waiting past 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -18,10 +17,9 @@ from typing import Annotated, Literal, TypeVar
 
 import mcp_types as types
 from aiokafka.errors import KafkaError
-from mcp.server import MCPServer, NotificationOptions
-from mcp.server.context import ServerRequestContext
+from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
@@ -37,6 +35,7 @@ from epistream.apps.mcp.arguments import (
 )
 from epistream.apps.mcp.changes import RESOURCES
 from epistream.apps.mcp.conversations import ConversationResources
+from epistream.apps.mcp.live import serve_live
 from epistream.apps.mcp.notify import Notifier
 from epistream.apps.mcp.watch import EventWatch
 from epistream.client.session import EpistreamClient
@@ -305,43 +304,9 @@ def build_server(settings: McpServerSettings, tenant: str) -> MCPServer:
                     description="A conversation's gists in time order")(tools.timeline)
     server.resource(templates[1], name="facts", mime_type="text/plain",
                     description="A conversation's current facts")(tools.facts)
-    _serve_live(server, ConversationResources(tools.conversation_page, frozenset(templates),
-                                              page_size=settings.mcp_list_page), notifier, watch)
+    serve_live(server, ConversationResources(tools.conversation_page, frozenset(templates),
+                                             page_size=settings.mcp_list_page), notifier, watch)
     return server
-
-
-def _serve_live(server: MCPServer, conversations: ConversationResources, notifier: Notifier,
-                watch: EventWatch) -> None:
-    """The requests MCPServer has no decorator for, on its lowlevel Server (the SDK's own Client reaches it
-    the same way): the resource list by page, subscriptions of both eras, the log level; and completion."""
-    lowlevel = server._lowlevel_server
-    listen = ListenHandler(notifier.bus)
-
-    async def positioned() -> None:
-        # A subscription is honoured from its answer on: the events reader must hold its place by then.
-        if not await watch.positioned():
-            raise MCPError(types.INTERNAL_ERROR, "memory events cannot be read (is Kafka at "
-                           f"{watch.settings.kafka_bootstrap} up?): no notification could be sent")
-
-    async def subscribe(ctx: ServerRequestContext, params: types.SubscribeRequestParams) -> types.EmptyResult:
-        await positioned()
-        return await notifier.subscribe(ctx, params)
-
-    async def listen_from_now(ctx: ServerRequestContext,
-                              params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
-        await positioned()
-        return await listen(ctx, params)
-
-    lowlevel.add_request_handler("resources/list", types.PaginatedRequestParams, conversations.list_resources)
-    lowlevel.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
-    lowlevel.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, notifier.unsubscribe)
-    lowlevel.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, listen_from_now)
-    lowlevel.add_request_handler("logging/setLevel", types.SetLevelRequestParams, notifier.set_level)
-    server.completion()(conversations.complete)
-    # Handshake-era clients learn of list_changed from the initialize result's capabilities, which the SDK
-    # builds with no NotificationOptions wherever it serves (stdio, each HTTP session): give it ours.
-    lowlevel.create_initialization_options = functools.partial(  # type: ignore[method-assign]
-        lowlevel.create_initialization_options, NotificationOptions(resources_changed=True))
 
 
 def serve(settings: McpServerSettings, *, tenant: str, transport: Literal["stdio", "http"], host: str,
