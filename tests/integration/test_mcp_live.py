@@ -21,7 +21,7 @@ from epistream.testing.scripted_llm import ScriptedLLM
 
 from .deployments import BASE_PORT, deployments
 from .seed import DIALOGUE, scripted_reply
-from .test_mcp import CALL_TIMEOUT_S, _call, _http_server, _ok, _stdio, _until
+from .test_mcp import CALL_TIMEOUT_S, _call, _free_port, _http_server, _ok, _stdio, _until
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
@@ -127,7 +127,8 @@ def test_an_enriched_segment_is_told_to_its_subscribers_of_both_eras_only(kafka,
     """One HTTP server, real ingest and enrich workers (a scripted model enriches): a 2025 client subscribed
     to a conversation's timeline and facts, and a 2026 client listening to its timeline, are told when its
     segment is enriched and when it is forgotten; a 2025 client that subscribed to nothing and a 2026 client
-    that listens to the list only hear of the list's changes, never of the resources."""
+    that listens to the list only hear of the list's changes, never of the resources. A 2026 client that asks
+    for log messages gets a failed call's on its answer."""
     tenant, conversation = unique("mcp-sub"), unique("conv")
     timeline, facts = _uri(conversation, "timeline"), _uri(conversation, "facts")
     with ScriptedLLM(scripted_reply) as llm, deployments(kafka, 1, name="mcpsub", llm_base_url=llm.base_url) as made:
@@ -135,7 +136,7 @@ def test_an_enriched_segment_is_told_to_its_subscribers_of_both_eras_only(kafka,
         workers = [deployment.run("ingest", BASE_PORT + 16), deployment.run("enrich", BASE_PORT + 17)]
         try:
             async def drive() -> None:
-                subscriber, bystander = Heard(), Heard()
+                subscriber, bystander, asked = Heard(), Heard(), Heard()
                 listened: list[ServerEvent] = []
                 listed: list[ServerEvent] = []
                 async with (_http_server(tenant, deployment.env) as url,
@@ -143,10 +144,14 @@ def test_an_enriched_segment_is_told_to_its_subscribers_of_both_eras_only(kafka,
                                    read_timeout_seconds=CALL_TIMEOUT_S) as legacy,
                             Client(url, mode="legacy", message_handler=bystander,
                                    read_timeout_seconds=CALL_TIMEOUT_S) as idle,
-                            Client(url, read_timeout_seconds=CALL_TIMEOUT_S) as modern,
+                            Client(url, read_timeout_seconds=CALL_TIMEOUT_S, log_level="warning",
+                                   message_handler=asked) as modern,
                             Client(url, read_timeout_seconds=CALL_TIMEOUT_S) as watcher):
                     assert legacy.protocol_version.startswith("2025") and modern.protocol_version == "2026-07-28"
                     assert (await idle.list_tools()).tools  # the bystander's connection is known to the server
+                    # A 2026 client asks for log messages per request (`log_level`): a failed call's rides its answer.
+                    assert (await _call(modern, "recall", {"question": "my diary", "budget_tokens": 10})).is_error
+                    assert asked.logs() == [("warning", "tool recall failed (the caller got the reason)")]
                     await legacy.subscribe_resource(timeline)
                     await legacy.subscribe_resource(facts)
                     async with (modern.listen(resource_subscriptions=[timeline], resources_list_changed=True) as sub,
@@ -173,3 +178,15 @@ def test_an_enriched_segment_is_told_to_its_subscribers_of_both_eras_only(kafka,
             for worker in workers:
                 worker.stop()
 
+
+async def test_with_kafka_unreachable_a_call_logs_it_and_a_subscription_is_refused(unique):
+    """No broker: a failed call's log message names the broker it could not reach (an error), and a
+    subscription is refused, since no change could be told."""
+    closed = _free_port()
+    heard = Heard()
+    env = {"EPISTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{closed}", "EPISTREAM_MCP_TIMEOUT_S": "3"}
+    async with _stdio(unique("mcp-down"), env, mode="legacy", message_handler=heard) as client:
+        assert (await client.call_tool("recall", {"question": "anything?"}, read_timeout_seconds=60)).is_error
+        assert heard.logs() == [("error", f"tool recall failed: Kafka at 127.0.0.1:{closed} unreachable")]
+        with pytest.raises(MCPError, match=f"memory events cannot be read .*127.0.0.1:{closed}"):
+            await client.subscribe_resource(_uri("c", "timeline"))
