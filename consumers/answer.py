@@ -16,6 +16,7 @@ from .modes.agentic import answer_agentic
 from .modes.base import Abstention, ModeResult
 from .modes.deep import answer_deep
 from .modes.fast import answer_fast
+from .progress import Steps
 
 ROLES = ("master", "assistant", "extractor")
 
@@ -34,11 +35,14 @@ def choose_mode(question: Question) -> Mode:
     return Mode.AGENTIC if _STRUCTURED.search(question.question) else Mode.DEEP
 
 
-async def answer_question(question: Question, deps: AnswerDeps) -> Answer:
-    """Answer in the mode asked for (`auto` picks one); the answer says which ran."""
+async def answer_question(question: Question, deps: AnswerDeps, steps: Steps | None = None) -> Answer:
+    """Answer in the mode asked for (`auto` picks one); the answer says which ran. The mode reports its
+    steps to `steps` (consumers/progress.py) as it takes them."""
     started = time.perf_counter()
     mode = choose_mode(question)
-    result = await _MODES[mode](question, deps)
+    steps = steps or Steps.none()
+    steps.started(mode)
+    result = await _MODES[mode](question, deps, steps)
     answer = build_answer(question, mode, result, started)
     deps.metrics.questions_answered.labels(mode.value, "abstained" if answer.abstained else "answered").inc()
     deps.metrics.answer_latency_seconds.labels(mode.value).observe(answer.latency_ms / 1000)

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -152,5 +153,12 @@ class AssistantPool:
                 tracing.set_attributes(current, {"epistream.quotes": len(reading.quotes)})
         return reading
 
-    async def read_all(self, segments: list[SegmentText], question: str) -> list[Reading]:
-        return list(await asyncio.gather(*(self.read(s, question) for s in segments)))
+    async def read_all(self, segments: list[SegmentText], question: str,
+                       on_read: Callable[[], None] | None = None) -> list[Reading]:
+        """Every segment read in parallel, in the segments' order; `on_read` is called as each read ends."""
+        async def read(segment: SegmentText) -> Reading:
+            reading = await self.read(segment, question)
+            if on_read is not None:
+                on_read()
+            return reading
+        return list(await asyncio.gather(*(read(s) for s in segments)))

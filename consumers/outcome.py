@@ -29,6 +29,7 @@ from .context import failed_context, read_context
 from .deps import AnswerDeps
 from .listing import read_listing
 from .packing import render, used_tokens
+from .progress import Steps
 from .read_after import read_after
 
 log = logging.getLogger(__name__)
@@ -61,10 +62,12 @@ class Outcome:
 
 
 async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDirectory, *, claims: ClaimCheck,
-                     give_up: Callable[[], bool], slot: Slot = no_slot) -> Outcome | None:
+                     give_up: Callable[[], bool], slot: Slot = no_slot,
+                     progress: Callable[[Outgoing], None] | None = None) -> Outcome | None:
     """Answer one question record in a `slot` of its lane, its tenant claim verified by `claims`; None only when a transient
     failure was still being retried and ``give_up()`` turned true (stopping, or the partition moved):
-    the record stays uncommitted."""
+    the record stays uncommitted. A question that asked for progress has its steps handed to `progress`
+    (consumers/progress.py), never to the outcome: they are not part of its transaction."""
     settings = deps.settings
     outcome = Outcome()
 
@@ -91,6 +94,7 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
         return outcome
     started = time.perf_counter()
     destination, partition = fallback, None
+    steps = Steps.of(question, progress)
 
     async def attempt() -> Reply:
         nonlocal destination, partition
@@ -109,6 +113,7 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
         incomplete = None if not question.after else await read_after(
             deps.read_pool, settings.topic_turns, question.after, timeout_s=settings.read_after_timeout_s,
             metrics=deps.metrics, log=deps.turns_log)
+        steps.aim(destination, partition)
         reply: Reply
         async with slot(question):
             with tracing.span(f"{question.mode.value} question", attributes={"epistream.mode": question.mode.value}):
@@ -117,7 +122,7 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
                 elif question.mode is Mode.CONTEXT:
                     reply = await read_context(question, deps)
                 else:
-                    reply = await answer_question(question, deps)
+                    reply = await answer_question(question, deps, steps)
         return reply.model_copy(update={"incomplete": incomplete}) if incomplete else reply
 
     def waiting(exc: BaseException, attempt_no: int, delay: float) -> None:

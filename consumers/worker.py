@@ -45,6 +45,7 @@ from .commit_window import MAX_SPAN, CommitWindow, decode_done
 from .deps import AnswerDeps
 from .lanes import Lanes
 from .outcome import Outcome, mode_of, outcome_of
+from .progress import ProgressSink
 from .retrieval import from_settings
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class AnswerLoop(ConsumerRebalanceListener):
         self.lanes = Lanes(reads=settings.answer_read_concurrency, model=settings.answer_model_concurrency,
                            metrics=deps.metrics)
         self.producers = PartitionProducers(settings, self.group)
+        self.progress = ProgressSink(settings)  # steps for the askers that asked, outside every transaction
 
         async def list_partitions(topic: str) -> list[int]:
             return (await topic_partitions(admin, [topic])).get(topic, [])
@@ -169,7 +171,8 @@ class AnswerLoop(ConsumerRebalanceListener):
                                                            partition=record.partition, offset=record.offset,
                                                            group=self.group)):
                 outcome = await outcome_of(record, self.deps, self.topics, claims=self.claims,
-                                           give_up=lambda: not self._still_owns(tp, owned), slot=self.lanes.slot)
+                                           give_up=lambda: not self._still_owns(tp, owned), slot=self.lanes.slot,
+                                           progress=self.progress)
                 if outcome is not None and outcome.answer is not None:  # in the question's trace (its log line)
                     log.info("answered %s (%s, %.0f ms)", outcome.answer.question_id, mode_of(outcome.answer),
                              outcome.answer.latency_ms)
@@ -253,6 +256,7 @@ class AnswerLoop(ConsumerRebalanceListener):
         for tp in list(self.owned):
             await self._release(tp, cancel_publishing=False)
         await self.producers.close()
+        await self.progress.close()
 
 
 async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:

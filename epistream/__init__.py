@@ -38,7 +38,7 @@ from .contracts.questions import (
     Question,
     TimeRange,
 )
-from .contracts.replies import Answer, Evidence, MemoryContext, MemoryItem, ResolvedPeriod
+from .contracts.replies import Answer, Evidence, MemoryContext, MemoryItem, Progress, ResolvedPeriod
 from .contracts.turns import ForgetRecord, Turn
 from .errors import (
     ContractError,
@@ -59,7 +59,7 @@ __all__ = [
     "claim_headers", "After", "EventBatch",
     # the contracts a caller builds or receives (epistream.contracts)
     "Turn", "Question", "Mode", "TimeRange", "Position", "Answer", "Evidence", "MemoryContext", "MemoryItem",
-    "ResolvedPeriod", "MemoryEvent", "ForgetRecord", "CONTEXT_BUDGET_DEFAULT", "CONTEXT_BUDGET_MIN",
+    "ResolvedPeriod", "Progress", "MemoryEvent", "ForgetRecord", "CONTEXT_BUDGET_DEFAULT", "CONTEXT_BUDGET_MIN",
     "CONTEXT_BUDGET_MAX",
     # the client's settings (epistream.settings)
     "ClientSettings", "load_settings",

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from epistream.contracts.questions import Question
-from epistream.contracts.replies import Evidence
+from epistream.contracts.replies import Evidence, ProgressStep
 from epistream.models.llm import Usage
 from epistream.models.prompts import register
 from epistream.storage.db import tenant_scope
 
 from ..assistants import SegmentText, SegmentTurnText
 from ..deps import AnswerDeps
+from ..progress import Steps
 from ..timefilter import QuestionTime
 from ..tools import (
     SPECS_BY_NAME,
@@ -103,7 +104,8 @@ def _final_answer(arguments: dict[str, Any]) -> OutputAnswerArgs:
     return final
 
 
-async def answer_agentic(question: Question, deps: AnswerDeps) -> ModeResult:
+async def answer_agentic(question: Question, deps: AnswerDeps, steps: Steps | None = None) -> ModeResult:
+    steps = steps or Steps.none()
     asked = QuestionTime.of(question).asked_at  # the anchor every date expression of a tool call resolves against
     messages = [
         {"role": "system", "content": system_prompt()},
@@ -112,9 +114,11 @@ async def answer_agentic(question: Question, deps: AnswerDeps) -> ModeResult:
     master, assistants = Usage(), Usage()
     seen: dict[str, Evidence] = {}
     final: OutputAnswerArgs | None = None
-    for _ in range(deps.settings.agentic_max_steps):
+    most = deps.settings.agentic_max_steps
+    for number in range(1, most + 1):
         call, usage = await next_step(deps, messages)
         master = master + usage
+        steps.report(ProgressStep.TOOL_CALL, done=number, total=most, tool=call.tool)
         messages.append({"role": "assistant", "content": call.model_dump_json()})
         try:
             if call.tool == "output_answer":
@@ -127,6 +131,7 @@ async def answer_agentic(question: Question, deps: AnswerDeps) -> ModeResult:
             if isinstance(result, SegmentResult):
                 result, read_usage = await _assistant_read(deps, question, result)
                 assistants = assistants + read_usage
+                steps.report(ProgressStep.ASSISTANT_READ, done=1, total=1)
             for cited, item in result.evidence().items():
                 seen.setdefault(cited, item)  # citable by id; the first sighting stays
             observation = result.observation(OBSERVATION_CHARS)
@@ -136,6 +141,7 @@ async def answer_agentic(question: Question, deps: AnswerDeps) -> ModeResult:
     if final is None:
         # Out of steps: answer from what was gathered, or abstain.
         messages.append({"role": "user", "content": "No more tool calls: call output_answer now."})
+        steps.report(ProgressStep.MASTER_CALL)
         call, usage = await next_step(deps, messages)
         master = master + usage
         try:

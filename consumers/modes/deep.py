@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from epistream.contracts.questions import Question
-from epistream.contracts.replies import Evidence
+from epistream.contracts.replies import Evidence, ProgressStep
 from epistream.core import tracing
 from epistream.models.llm import Usage
 from epistream.models.prompts import fence
@@ -23,6 +23,7 @@ from epistream.storage.db import tenant_scope
 from ..assistants import QuotedTurn, SegmentText, load_segments
 from ..best_turns import best_turns, best_turns_within
 from ..deps import AnswerDeps
+from ..progress import Steps
 from ..prompts import MASTER_PROMPT
 from ..retrieval import RetrievedTurn
 from ..router import RoutedSegment, route
@@ -115,18 +116,28 @@ async def routed_segments(deps: AnswerDeps, question: Question, when: QuestionTi
         return await load_segments(conn, question.tenant, routed)
 
 
-async def answer_deep(question: Question, deps: AnswerDeps) -> ModeResult:
+async def answer_deep(question: Question, deps: AnswerDeps, steps: Steps | None = None) -> ModeResult:
     when = QuestionTime.of(question)
+    steps = steps or Steps.none()
     if deps.recipes.windows.reads == "windows":
         segments = await read_windows(deps, question, when)
     else:
         segments = await routed_segments(deps, question, when)
-    readings = await deps.assistants.read_all(segments, question.question)
+    steps.report(ProgressStep.RETRIEVED, total=len(segments))
+    read = 0
+
+    def one_read() -> None:  # as each read ends, in whatever order they end
+        nonlocal read
+        read += 1
+        steps.report(ProgressStep.ASSISTANT_READ, done=read, total=len(segments))
+
+    readings = await deps.assistants.read_all(segments, question.question, on_read=one_read)
     assistant_usage = sum((r.usage for r in readings), Usage())
     # In time order, so "the most recent" is also the last line the master reads.
     quotes = sorted((q for r in readings for q in r.quotes), key=lambda q: (q.time, q.turn_id))
     if not quotes:
         return ModeResult.abstain(Abstention.NO_EVIDENCE, assistants=assistant_usage)
+    steps.report(ProgressStep.MASTER_CALL)
     reply = await deps.master.complete_json(master_messages(question, quotes), MASTER_PROMPT.schema,
                                             max_tokens=deps.settings.llm_max_tokens)
     cited = [quotes[n - 1] for n in dict.fromkeys(reply.value.evidence) if 1 <= n <= len(quotes)] or quotes

@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from epistream.contracts.questions import Question
-from epistream.contracts.replies import Evidence, MemoryContext, MemoryItem
+from epistream.contracts.replies import Evidence, MemoryContext, MemoryItem, ProgressStep
 from epistream.models.prompts import fence
 
 from ..context import build_context
 from ..deps import AnswerDeps
+from ..progress import Steps
 from ..prompts import ANSWER_PROMPT
 from .base import Abstention, ModeResult, model_text
 
@@ -33,12 +34,15 @@ def evidence_from(items: list[MemoryItem], chosen: list[int], fallback: int = 3)
     return [item_evidence(item) for item in (picked or items[:fallback])]
 
 
-async def answer_fast(question: Question, deps: AnswerDeps) -> ModeResult:
+async def answer_fast(question: Question, deps: AnswerDeps, steps: Steps | None = None) -> ModeResult:
     """One step: the budgeted context of gists, facts and turns, in one master call."""
     settings = deps.settings
+    steps = steps or Steps.none()
     context = await build_context(question, deps, deps.recipes.context, budget_tokens=settings.fast_context_tokens)
+    steps.report(ProgressStep.RETRIEVED, total=len(context.items))
     if not context.items:
         return ModeResult.abstain(Abstention.NO_MEMORY)
+    steps.report(ProgressStep.MASTER_CALL)
     reply = await deps.master.complete_json(build_messages(question, context), ANSWER_PROMPT.schema,
                                             max_tokens=settings.llm_max_tokens)
     return ModeResult(

@@ -27,7 +27,7 @@ from epistream.messaging.tenant_topics import events_topic_for
 from epistream.settings.processes import ClientSettings
 
 from .replies import ClientClosed
-from .session import After, EpistreamClient, claim_headers, start_client
+from .session import After, EpistreamClient, OnProgress, claim_headers, start_client
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +59,15 @@ async def produce_turns(settings: ClientSettings, turns: Iterable[Turn], *,
 
 
 async def ask(settings: ClientSettings, question: Question, *, timeout_s: float = 300.0,
-              tenant_key: bytes | None = None, after: After | None = None) -> Answer:
+              tenant_key: bytes | None = None, after: After | None = None,
+              on_progress: OnProgress | None = None) -> Answer:
     """Produce a question (signed for its tenant, see `claim_headers`) and wait for its answer on the reply
     topic; with `after` (positions from produce_turns), answered only from memory stored through them, or
-    marked `incomplete`. One call: `EpistreamClient` keeps its Kafka clients for many."""
+    marked `incomplete`; with `on_progress`, each step of answering handed over before the answer
+    (`EpistreamClient.ask`). One call: `EpistreamClient` keeps its Kafka clients for many."""
     async with EpistreamClient(settings) as client:
-        return await client.ask(question, timeout_s=timeout_s, tenant_key=tenant_key, after=after)
+        return await client.ask(question, timeout_s=timeout_s, tenant_key=tenant_key, after=after,
+                                on_progress=on_progress)
 
 
 async def context(

@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Self
@@ -22,17 +22,17 @@ from aiokafka.structs import RecordMetadata
 from epistream.contracts.decoding import decode, validated
 from epistream.contracts.positions import Position
 from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, ConversationPage, Listing, Mode, Question
-from epistream.contracts.replies import Answer, MemoryContext
+from epistream.contracts.replies import Answer, MemoryContext, Progress, is_progress, progress_key
 from epistream.contracts.turns import ForgetRecord, Turn
 from epistream.core import tracing
 from epistream.core.claims import ClaimCheck, signed_headers
-from epistream.errors import PermanentError, ReplyTimeout
+from epistream.errors import ContractError, PermanentError, ReplyTimeout
 from epistream.messaging.erasure import publish_forgotten
 from epistream.messaging.kafka_io import create_consumer, create_producer, partitions_of
 from epistream.messaging.tenant_topics import tenant_reply_topic
 from epistream.settings.processes import ClientSettings
 
-from .replies import ClientClosed, ReplyRouter, pick_partition
+from .replies import ClientClosed, ReplyRouter, pick_partition, reply_with_progress
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,8 @@ READ_POLL_MS = 1_000
 
 #: What the caller may pass as `after`: positions, or produce_turns' map of them.
 After = Iterable[Position] | Mapping[str, Position]
+#: What `ask(on_progress=)` takes: called with each step of answering, in order, before the answer returns.
+OnProgress = Callable[[Progress], Awaitable[None]]
 
 
 def claim_headers(check: ClaimCheck, value: bytes, tenant_key: bytes | None = None) -> list[tuple[str, bytes]]:
@@ -91,6 +93,28 @@ def _positions(after: After | None) -> list[Position] | None:
     return list(after.values()) if isinstance(after, Mapping) else list(after)
 
 
+def _decoded(on_progress: OnProgress) -> Callable[[bytes], Awaitable[None]]:
+    """`on_progress` for the raw records: each decoded; one that is no `Progress` skipped, and none passed
+    on after the callback failed once (progress never fails its call)."""
+    failed = False
+
+    async def hand_over(raw: bytes) -> None:
+        nonlocal failed
+        if failed:
+            return
+        try:
+            update = decode(raw, Progress, what="progress record")
+        except ContractError as exc:
+            log.debug("a progress record skipped: %s", exc)
+            return
+        try:
+            await on_progress(update)
+        except Exception as exc:
+            failed = True
+            log.warning("on_progress failed (%s: %s): no more progress for this call", type(exc).__name__, exc)
+    return hand_over
+
+
 class EpistreamClient:
     """A long-lived client: ``async with EpistreamClient(settings) as client: await client.context(...)``.
     Its Kafka clients start at first use (a server started before Kafka works once Kafka is up; a start
@@ -122,6 +146,11 @@ class EpistreamClient:
     def waiting(self) -> int:
         """How many calls wait for a reply now."""
         return len(self._router)
+
+    @property
+    def listening(self) -> int:
+        """How many calls listen to their progress now (`ask(on_progress=)`)."""
+        return self._router.listening
 
     # -- the Kafka clients, started at first use --
 
@@ -188,7 +217,10 @@ class EpistreamClient:
                 continue
             for records in batches.values():
                 for record in records:
-                    self._router.deliver(record.key, record.value)
+                    if is_progress(record.headers):
+                        self._router.progress(record.key, record.value)
+                    else:
+                        self._router.deliver(record.key, record.value)
 
     # -- asking --
 
@@ -199,35 +231,47 @@ class EpistreamClient:
             return tenant_reply_topic(self._settings.topic_answers, question.tenant)  # where checked claims reply
         return self._settings.topic_answers
 
-    async def _request(self, question: Question, timeout_s: float, tenant_key: bytes | None) -> bytes:
-        """Produce a question naming this client's reply partition; the value of its reply (keyed by its id)."""
+    async def _request(self, question: Question, timeout_s: float, tenant_key: bytes | None,
+                       on_progress: OnProgress | None = None) -> bytes:
+        """Produce a question naming this client's reply partition; the value of its reply (keyed by its id).
+        With `on_progress`, the question asks for progress, and each record of it that comes before the
+        reply is handed over, decoded, in order."""
         partition = await self._reply_partition(self._reply_topic(question, tenant_key))
         producer = await self._sender()
-        question = question.model_copy(update={"reply_partition": partition})
+        question = question.model_copy(update={"reply_partition": partition} | (
+            {"progress": True} if on_progress is not None else {}))
         key = question.question_id.encode()
         future = self._router.expect(key)
+        listening = progress_key(question.question_id)
+        updates = self._router.listen(listening) if on_progress is not None else None
         try:
             value = question.to_bytes()
             topic = self._settings.topic_questions
             with tracing.span(f"send {topic}", kind="producer", attributes=tracing.messaging("send", "send", topic)):
                 await producer.send_and_wait(topic, key=key, value=value,
                                              headers=tracing.inject(claim_headers(self._check, value, tenant_key)))
+            waited = future if updates is None or on_progress is None else reply_with_progress(
+                future, updates, _decoded(on_progress))
             try:
-                return await asyncio.wait_for(future, timeout_s)
+                return await asyncio.wait_for(waited, timeout_s)
             except TimeoutError:
                 raise ReplyTimeout(f"no reply to {question.question_id} within {timeout_s:.0f}s") from None
         finally:
             self._router.discard(key, future)
+            if updates is not None:
+                self._router.unlisten(listening, updates)
 
     async def ask(self, question: Question, *, timeout_s: float = 300.0, tenant_key: bytes | None = None,
-                  after: After | None = None) -> Answer:
+                  after: After | None = None, on_progress: OnProgress | None = None) -> Answer:
         """Produce a question (signed for its tenant, see `claim_headers`) and wait for its answer; with
         `after` (positions from produce_turns), answered only from memory stored through them, or marked
-        `incomplete`."""
+        `incomplete`. With `on_progress`, the answer worker reports its steps (`Progress`: the mode,
+        memory found, assistant reads, tool calls, the master's call) and each is awaited in order before
+        the answer returns; best effort: a step may be missing, and a failing callback is not called again."""
         if after is not None:
             question = validated(Question, what="question", **(question.model_dump(exclude_none=True)
                                                                   | {"after": _positions(after)}))
-        return decode(await self._request(question, timeout_s, tenant_key), Answer, what="answer")
+        return decode(await self._request(question, timeout_s, tenant_key, on_progress), Answer, what="answer")
 
     async def context(
         self, *, tenant: str, question: str, budget_tokens: int = CONTEXT_BUDGET_DEFAULT,

@@ -35,7 +35,7 @@ from .questions import (
     TimeRange,
     check_budget,
 )
-from .replies import Answer, Evidence, MemoryContext, MemoryItem, ResolvedPeriod, RoleTokens
+from .replies import Answer, Evidence, MemoryContext, MemoryItem, Progress, ProgressStep, ResolvedPeriod, RoleTokens
 from .segments import Segment, SegmentTurn
 from .turns import ForgetRecord, SegmentCloseRequest, Turn
 
@@ -63,6 +63,8 @@ __all__ = [
     "Metadata",
     "Mode",
     "Position",
+    "Progress",
+    "ProgressStep",
     "Question",
     "ResolvedPeriod",
     "RoleTokens",

@@ -105,6 +105,8 @@ class Question(Contract):
     after: Annotated[list[Position], Field(max_length=1_000)] | None = None
     listing: Listing | None = None  # context only: consumers/listing.py
     page: ConversationPage | None = None  # the conversations listing only
+    #: true: the answer worker sends `Progress` records of its steps before the reply (replies.py)
+    progress: bool | None = None
 
     @model_validator(mode="after")
     def _page_only_where_listed(self) -> Question:

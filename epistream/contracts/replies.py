@@ -1,14 +1,18 @@
-"""`memory.answers`: an answer with its evidence, or a `context` read's ranked memory."""
+"""`memory.answers`: an answer with its evidence, or a `context` read's ranked memory; and, for a
+question that asked for them, the progress records that go before its reply."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import date, datetime
-from typing import Literal
+from enum import StrEnum
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StringConstraints,
 )
 
 from .base import Contract
@@ -130,3 +134,66 @@ class MemoryContext(Contract):
     more: bool | None = None
     #: that listing asked with ``count``: how many conversations start with the prefix; None: more than it counts
     total: int | None = None
+
+
+class ProgressStep(StrEnum):
+    """A step of answering, as a `Progress` record names it."""
+
+    #: answering began, in `mode` (`auto` names its choice)
+    MODE = "mode"
+    #: memory found: `total` passages for the assistants (deep) or items for the master (fast)
+    RETRIEVED = "retrieved"
+    #: an assistant read a passage: `done` of `total` (deep), or one segment a tool asked for (agentic)
+    ASSISTANT_READ = "assistant_read"
+    #: agentic: the master chose `tool`, step `done` of at most `total`
+    TOOL_CALL = "tool_call"
+    #: the master model is called for the answer
+    MASTER_CALL = "master_call"
+
+
+#: The header that marks a progress record on a reply topic (a reply has none), and its value.
+RECORD_HEADER = "epistream-record"
+PROGRESS_RECORD = b"progress"
+#: Ends a progress record's key: no question id holds a NUL, so no reply's key is ever a progress key.
+PROGRESS_KEY_SUFFIX = b"\x00progress"
+
+
+def progress_key(question_id: str) -> bytes:
+    """The key of a question's progress records: never a reply's key (a reader matching replies by
+    question id never takes one for its reply)."""
+    return question_id.encode() + PROGRESS_KEY_SUFFIX
+
+
+def is_progress(headers: Iterable[tuple[str, bytes | None]] | None) -> bool:
+    """Whether a reply topic's record is a progress record, from its headers alone."""
+    return any(name == RECORD_HEADER and value == PROGRESS_RECORD for name, value in headers or ())
+
+
+class Progress(Contract):
+    """A step of answering a question that asked for progress (`Question.progress`), on its reply topic
+    and partition before the reply, keyed `progress_key(question_id)` and marked by `RECORD_HEADER`.
+    Informational: sent at most once, outside the reply's transaction, and possibly lost; never a reply.
+    It names steps and counts, never the tenant's text."""
+
+    kind: Literal["progress"] = "progress"
+    question_id: str
+    #: 1, 2, ... in the order the worker took the steps (a question answered again after a crash starts again at 1)
+    seq: Annotated[int, Field(ge=1)]
+    step: ProgressStep
+    mode: Mode
+    done: Annotated[int, Field(ge=0)] | None = None
+    total: Annotated[int, Field(ge=0)] | None = None
+    #: the agentic tool chosen (a name of the worker's own tool registry)
+    tool: Annotated[str, StringConstraints(pattern=r"^[a-z_]{1,64}$")] | None = None
+
+    def describe(self) -> str:
+        """The step in a few words for a person watching (names and counts only)."""
+        of = f"{self.done}/{self.total}" if self.done is not None and self.total is not None else (
+            f"{self.done}" if self.done is not None else "")
+        return {
+            ProgressStep.MODE: f"answering in {self.mode.value} mode",
+            ProgressStep.RETRIEVED: f"{self.mode.value}: {self.total or 0} item(s) of memory found",
+            ProgressStep.ASSISTANT_READ: f"{self.mode.value}: assistant read {of}".rstrip(),
+            ProgressStep.TOOL_CALL: f"{self.mode.value}: step {of}: {self.tool or 'a tool'}",
+            ProgressStep.MASTER_CALL: f"{self.mode.value}: the master model answers",
+        }[self.step]

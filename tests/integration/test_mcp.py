@@ -41,13 +41,16 @@ def _server_command(tenant: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "epistream.apps.cli.main", "mcp", "--tenant", tenant, *extra]
 
 
-def _stdio(tenant: str, env: dict[str, str] | None = None, **options: Any) -> Client:
-    """The SDK's client of a stdio server for `tenant` (`options`: the Client's, e.g. its protocol mode)."""
+def _params(tenant: str, env: dict[str, str] | None = None) -> StdioServerParameters:
     # The SDK starts a stdio server with a minimal environment: the EPISTREAM_* settings go in `env`,
     # as an MCP client's configuration gives them (docs/mcp.md).
-    params = StdioServerParameters(command=sys.executable, args=_server_command(tenant)[1:],
-                                   env=dict(os.environ) | (env or {}), cwd=str(ROOT))
-    return Client(params, read_timeout_seconds=CALL_TIMEOUT_S, **options)
+    return StdioServerParameters(command=sys.executable, args=_server_command(tenant)[1:],
+                                 env=dict(os.environ) | (env or {}), cwd=str(ROOT))
+
+
+def _stdio(tenant: str, env: dict[str, str] | None = None, **options: Any) -> Client:
+    """The SDK's client of a stdio server for `tenant` (`options`: the Client's, e.g. its protocol mode)."""
+    return Client(_params(tenant, env), read_timeout_seconds=CALL_TIMEOUT_S, **options)
 
 
 def _free_port() -> int:
@@ -57,8 +60,8 @@ def _free_port() -> int:
 
 
 @asynccontextmanager
-async def _http(tenant: str) -> AsyncIterator[Client]:
-    async with _http_server(tenant) as url, Client(url, read_timeout_seconds=CALL_TIMEOUT_S) as client:
+async def _http(tenant: str, env: dict[str, str] | None = None) -> AsyncIterator[Client]:
+    async with _http_server(tenant, env) as url, Client(url, read_timeout_seconds=CALL_TIMEOUT_S) as client:
         yield client
 
 

@@ -47,7 +47,7 @@ def _run(record, monkeypatch, answer, *, topics=None, give_up=lambda: False):
 
 
 def test_an_unexpected_error_is_a_failed_answer_and_a_dead_letter(monkeypatch):
-    async def broken(question, deps):
+    async def broken(question, deps, steps=None):
         raise KeyError("a bug")
 
     outcome = _run(_record(_question()), monkeypatch, broken)
@@ -64,7 +64,7 @@ def test_an_undecodable_question_is_only_dead_lettered(monkeypatch):
 
 
 def test_an_unknown_reply_topic_fails_to_the_default_topic_without_answering(monkeypatch):
-    async def never(question, deps):
+    async def never(question, deps, steps=None):
         raise AssertionError("answered a question whose reply topic is unknown")
 
     outcome = _run(_record(_question(reply_topic="nobody.listens")), monkeypatch, never)
@@ -74,7 +74,7 @@ def test_an_unknown_reply_topic_fails_to_the_default_topic_without_answering(mon
 
 
 def test_a_known_reply_topic_gets_the_answer(monkeypatch):
-    async def fine(question, deps):
+    async def fine(question, deps, steps=None):
         return worker.failed_answer(question, RuntimeError("stand-in answer"), 0.0)
 
     outcome = _run(_record(_question(reply_topic="eval.replies")), monkeypatch, fine, topics=_topics("eval.replies"))
@@ -82,7 +82,7 @@ def test_a_known_reply_topic_gets_the_answer(monkeypatch):
 
 
 def test_a_transient_error_given_up_on_leaves_the_question_for_the_next_owner(monkeypatch):
-    async def database_down(question, deps):
+    async def database_down(question, deps, steps=None):
         raise psycopg.OperationalError("connection refused")
 
     assert _run(_record(_question()), monkeypatch, database_down, give_up=lambda: True) is None
@@ -113,7 +113,7 @@ def test_an_answer_over_the_message_limit_is_sent_with_the_evidence_that_fits(mo
 
     from epistream.contracts.replies import Evidence
 
-    async def verbose(question, deps):
+    async def verbose(question, deps, steps=None):
         quote = "q" * 300_000
         evidence = [Evidence(conversation_id="c", turn_ids=[f"t{i}"], quote=quote, time=datetime.now(UTC))
                     for i in range(5)]
@@ -134,7 +134,7 @@ def test_an_answer_read_after_positions_not_stored_in_time_says_it_is_incomplete
         waited.append((topic, [p.offset for p in positions], timeout_s))
         return "not stored within 5s: c@0:9; the read may miss those turns"
 
-    async def fine(question, deps):
+    async def fine(question, deps, steps=None):
         assert waited, "read before waiting for the positions"
         return worker.failed_answer(question, RuntimeError("stand-in answer"), 0.0)
 

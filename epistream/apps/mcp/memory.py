@@ -21,7 +21,7 @@ from typing import Literal
 
 from epistream.client import api
 from epistream.client.api import EventBatch, EventCursorError  # noqa: F401  (the server catches it from here)
-from epistream.client.session import EpistreamClient
+from epistream.client.session import EpistreamClient, OnProgress
 from epistream.contracts.positions import Position
 from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, CONTEXT_BUDGET_MAX, ConversationPage, Question
 from epistream.contracts.replies import Answer, MemoryContext
@@ -101,9 +101,11 @@ async def read_context(client: EpistreamClient, question: Question, *, after: li
 
 
 async def answer(client: EpistreamClient, question: Question, *, after: list[Position], timeout_s: float,
-                 tenant_key: bytes | None) -> Answer:
-    """Ask `question` and await its answer, once `after` is stored."""
-    return await client.ask(question, timeout_s=timeout_s, tenant_key=tenant_key, after=after or None)
+                 tenant_key: bytes | None, on_progress: OnProgress | None = None) -> Answer:
+    """Ask `question` and await its answer, once `after` is stored; with `on_progress`, the worker's steps
+    are handed to it as they come (progress.py)."""
+    return await client.ask(question, timeout_s=timeout_s, tenant_key=tenant_key, after=after or None,
+                            on_progress=on_progress)
 
 
 async def read_listing(client: EpistreamClient, *, tenant: str, conversation_id: str,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -18,13 +19,14 @@ from typing import Annotated, Literal, TypeVar
 import mcp_types as types
 from aiokafka.errors import KafkaError
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from epistream.apps.mcp import cursor, memory
+from epistream.apps.mcp import cursor, memory, progress
 from epistream.apps.mcp.arguments import (
     ArgumentError,
     TurnArgument,
@@ -144,11 +146,12 @@ class Tools:
         except ContractError as exc:
             raise error(str(exc)) from None
 
-    async def _read(self, what: str, read: Callable[..., Awaitable[T]], request: Question, timeout_s: float) -> T:
+    async def _read(self, what: str, read: Callable[..., Awaitable[T]], request: Question, timeout_s: float,
+                    **extra: object) -> T:
         """A question's reply, once the ingest side stored what this server wrote to its conversations."""
         after = self.written.after(request.conversation_ids)
         return await self._bounded(what, read(self.client, request, after=after, timeout_s=timeout_s,
-                                              tenant_key=self.key), timeout_s)
+                                              tenant_key=self.key, **extra), timeout_s)
 
     async def remember(
         self,
@@ -195,11 +198,21 @@ class Tools:
             description="fast: one model call over the best memory; deep: assistants read the best passages; "
                         "agentic: a tool loop over gists and facts; auto: the router picks.")] = "auto",
         conversation_ids: ConversationIds = None,
+        ctx: Context | None = None,
     ) -> CallToolResult:
-        """Answer a question from memory, with the evidence (quotes, conversations, turn ids, times)."""
+        """Answer a question from memory, with the evidence (quotes, conversations, turn ids, times). With a
+        progress token, each step of answering is reported as it is taken."""
         request = _checked(lambda: ask_question(self.tenant, question, mode=mode, conversation_ids=conversation_ids,
                                                 now=datetime.now(UTC)))
-        answer: Answer = await self._read("answer", memory.answer, request, self.settings.mcp_ask_timeout_s)
+        started = time.monotonic()
+        try:
+            answer: Answer = await self._read("answer", memory.answer, request, self.settings.mcp_ask_timeout_s,
+                                              on_progress=progress.forwarder(ctx))
+        except asyncio.CancelledError:  # the client cancelled the call (progress.py): stop waiting, say so
+            log.info("ask %s cancelled by its client after %.1f s: stopped waiting for the answer (%d call(s) "
+                     "still waiting, %d listening to progress)", request.question_id, time.monotonic() - started,
+                     self.client.waiting, self.client.listening)
+            raise
         if answer.error:
             raise ToolError(f"the answer failed: {answer.error}")
         lines = [answer.answer + (" (abstained: no evidence in memory)" if answer.abstained else "")]

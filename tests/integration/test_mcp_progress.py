@@ -1,0 +1,182 @@
+"""`ask`'s progress and cancellation through the MCP SDK's own client, on real ingest and answer workers
+(a deployment of their own) whose models are a scripted server: exact replies, and a master that holds
+its answer until the test lets it, so the test knows where the worker is without timing anything.
+
+A deep ask with a progress callback gets a notification for each step (the mode, memory found, each
+assistant read, the master's call), values 1, 2, ..., before its result; an ask without a token gets
+its answer as before and the worker sends no progress record for it; a cancelled ask ends at once, the
+server says so with nothing left waiting, and keeps answering."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import stdio_client
+
+from epistream.consumers.prompts import ASSISTANT_PROMPT
+from epistream.contracts.replies import Answer, Progress, is_progress, progress_key
+from epistream.testing.scripted_llm import Reply, ScriptedLLM
+
+from .conftest import read_topic
+from .deployments import BASE_PORT, Deployment, deployments
+from .test_mcp import CALL_TIMEOUT_S, _http, _ok, _params, _remembered, _stdio, _until
+
+pytestmark = [pytest.mark.integration]
+
+PHRASE = "a tortoise named Quasimodo"
+SAID = f"I keep {PHRASE} in my garden in Braga."
+ANSWER = "In her garden in Braga."
+#: A question holding this waits for the test's `release` before the master answers.
+HOLD = "[hold]"
+#: The longest a held master waits (the test releases it within seconds; a failing test fails sooner).
+HOLD_S = 60.0
+
+
+class Models:
+    """The scripted models: an assistant quotes the turn that says PHRASE (else finds nothing); the
+    master answers from quote [1], first waiting for `release` when the question says HOLD."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def __call__(self, body: dict) -> Reply:
+        prompt = body["messages"][-1]["content"]
+        if ASSISTANT_PROMPT.template in body["messages"][0]["content"]:
+            found = re.search(r"\(([^()]+)\) Ines: " + re.escape(SAID), prompt)
+            evidence = [{"turn_id": found.group(1), "quote": SAID}] if found else []
+            return 200, json.dumps({"relevant": bool(found), "evidence": evidence})
+        if HOLD in prompt and not self.release.wait(timeout=HOLD_S):
+            return 500, "the test never released the master"
+        return 200, json.dumps({"answer": ANSWER, "abstain": False, "evidence": [1]})
+
+
+@pytest.fixture(scope="module")
+def memory(kafka) -> Iterator[tuple[Deployment, Models]]:
+    """A deployment with its ingest and answer workers, the scripted models serving every role."""
+    models = Models()
+    with ScriptedLLM(models) as llm, deployments(kafka, 1, name="mcpprog", llm_base_url=llm.base_url,
+                                                 assistant_base_urls=llm.base_url, llm_max_retries=0) as made:
+        deployment = made[0]
+        ingest, answer = deployment.run("ingest", BASE_PORT + 24), deployment.run("answer", BASE_PORT + 25)
+        try:
+            yield deployment, models
+        finally:
+            models.release.set()  # a master still holding lets go, so the worker stops at once
+            ingest.stop()
+            answer.stop()
+
+
+@asynccontextmanager
+async def _remembering(deployment: Deployment, transport: str) -> AsyncIterator[tuple[Client, str]]:
+    """A server of a tenant of its own on `deployment` over `transport`, that has remembered SAID."""
+    tenant, conversation = f"mcp-prog-{uuid.uuid4().hex[:8]}", f"conv-{uuid.uuid4().hex[:8]}"
+    opened = _stdio(tenant, deployment.env) if transport == "stdio" else _http(tenant, deployment.env)
+    async with opened as client:
+        await _remembered(client, conversation, PHRASE, [{"speaker": "Ines", "text": SAID},
+                                                         {"speaker": "Sam", "text": "How old is the tortoise?"}])
+        yield client, conversation
+
+
+def _question(conversation: str, text: str, mode: str = "deep") -> dict[str, Any]:
+    return {"question": text, "mode": mode, "conversation_ids": [conversation]}
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_deep_ask_reports_its_steps_before_its_answer_and_one_without_a_token_none(memory, transport):
+    deployment, models = memory
+    models.release.clear()
+    seen: list[tuple[float, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append((value, message))
+        if message == "deep: the master model answers":
+            models.release.set()  # the master answers only once this reached the client: it came first
+
+    async def drive() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with _remembering(deployment, transport) as (client, conversation):
+            asked = await client.call_tool("ask", _question(conversation, f"Where does Ines keep her tortoise? {HOLD}"),
+                                           progress_callback=on_progress)
+            assert not asked.is_error, asked.content[0].text
+            plain = await _ok(client, "ask", _question(conversation, "Where does Ines keep her tortoise?"))
+            return asked.structured_content, plain
+
+    with_progress, plain = asyncio.run(drive())
+    assert with_progress["answer"] == plain["answer"] == ANSWER
+    assert [e["quote"] for e in with_progress["evidence"]] == [SAID]
+
+    # Every step, in order, counted 1, 2, ...: the mode, what was found, each read as it ended, the master.
+    messages = [message for _, message in seen]
+    found = re.fullmatch(r"deep: (\d+) item\(s\) of memory found", messages[1] or "")
+    assert found and int(found.group(1)) >= 1, messages
+    reads = int(found.group(1))
+    assert messages == ["answering in deep mode", messages[1],
+                        *[f"deep: assistant read {n}/{reads}" for n in range(1, reads + 1)],
+                        "deep: the master model answers"]
+    assert [value for value, _ in seen] == list(range(1, len(seen) + 1))
+    assert not any(word in " ".join(messages) for word in ("Quasimodo", "Braga", "tortoise"))  # never the text
+
+    # On the reply topic: the progress records of the ask that asked, all before its reply; none of the other.
+    topic = deployment.settings.topic_answers
+    wanted = {with_progress["question_id"].encode(), plain["question_id"].encode(),
+              progress_key(with_progress["question_id"]), progress_key(plain["question_id"])}
+    records = asyncio.run(read_topic(deployment.settings, topic, lambda k, v: k in wanted, want=len(seen) + 2,
+                                     timeout=30))
+    progress = [r for r in records if is_progress(r.headers)]
+    replies = {Answer.from_bytes(r.value).question_id: r for r in records if not is_progress(r.headers)}
+    assert set(replies) == {with_progress["question_id"], plain["question_id"]}
+    assert {r.key for r in progress} == {progress_key(with_progress["question_id"])}
+    assert [Progress.from_bytes(r.value).seq for r in progress] == list(range(1, len(seen) + 1))
+    reply = replies[with_progress["question_id"]]
+    assert all((r.partition, r.offset < reply.offset) == (reply.partition, True) for r in progress)
+
+
+def test_a_cancelled_ask_ends_at_once_and_the_server_stops_waiting(memory, tmp_path: Path):
+    deployment, models = memory
+    models.release.clear()
+    errlog = tmp_path / "server.stderr"
+    tenant, conversation = f"mcp-cancel-{uuid.uuid4().hex[:8]}", f"conv-{uuid.uuid4().hex[:8]}"
+
+    async def drive() -> float:
+        master_called = asyncio.Event()
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            if message == "deep: the master model answers":
+                master_called.set()
+
+        with errlog.open("w") as stderr:
+            async with Client(stdio_client(_params(tenant, deployment.env), errlog=stderr),
+                              read_timeout_seconds=CALL_TIMEOUT_S) as client:
+                await _remembered(client, conversation, PHRASE, [{"speaker": "Ines", "text": SAID}])
+                call = asyncio.create_task(client.call_tool(
+                    "ask", _question(conversation, f"Where does Ines keep her tortoise? {HOLD}"),
+                    progress_callback=on_progress))
+                await asyncio.wait_for(master_called.wait(), CALL_TIMEOUT_S)  # the server waits on the answer now
+                cancelled_at = time.monotonic()
+                call.cancel()  # the SDK's client sends notifications/cancelled
+                with pytest.raises(asyncio.CancelledError):
+                    await call
+                ended_in = time.monotonic() - cancelled_at
+
+                async def said_so() -> bool:
+                    return "cancelled by its client" in errlog.read_text()
+                await _until(said_so, what="the server logs the cancellation")
+                models.release.set()  # the worker answers the cancelled question; its reply finds no one waiting
+                after = await _ok(client, "ask", _question(conversation, "Where does Ines keep her tortoise?", "fast"))
+                assert after["answer"] == ANSWER
+                return ended_in
+
+    ended_in = asyncio.run(drive())
+    assert ended_in < 5.0, f"the cancelled call took {ended_in:.1f}s to end"
+    line = next(line for line in errlog.read_text().splitlines() if "cancelled by its client" in line)
+    assert "stopped waiting for the answer (0 call(s) still waiting, 0 listening to progress)" in line, line
