@@ -99,14 +99,13 @@ class ProgressSink:
         producer = create_producer(self._settings, acks=1, enable_idempotence=False, linger_ms=0,
                                    request_timeout_ms=SEND_TIMEOUT_MS)
         try:
-            await producer.start()
-        except Exception as exc:  # the broker is unreachable: what is queued now is lost, the next record retries
-            log.warning("progress producer could not start (%s): %d progress record(s) dropped", exc,
-                        self._queue.qsize())
-            self._drain()
-            await producer.stop()
-            return
-        try:
+            try:
+                await producer.start()
+            except Exception as exc:  # the broker is unreachable: what is queued now is lost, the next record retries
+                log.warning("progress producer could not start (%s): %d progress record(s) dropped", exc,
+                            self._queue.qsize())
+                self._drain()
+                return
             while True:
                 record = await self._queue.get()
                 await self._produce(producer, record)

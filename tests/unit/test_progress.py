@@ -202,3 +202,51 @@ async def test_forwarded_progress_strictly_increases_even_when_the_worker_counts
     assert [message for _, _, message in context.reported] == [
         "answering in fast mode", "fast: 4 item(s) of memory found", "answering in fast mode",
         "fast: the master model answers"]
+
+
+# -- the modes' steps, and the worker's sending --
+
+async def test_an_agentic_answer_reports_each_tool_the_master_calls():
+    from epistream.consumers.modes import agentic
+    from epistream.models.llm import Usage
+    from epistream.settings.processes import Settings
+
+    calls = iter([agentic.AgentStep(tool="output_answer", arguments={"abstain": "perhaps"}),  # refused, told back
+                  agentic.AgentStep(tool="output_answer", arguments={"answer": "Braga", "abstain": True})])
+
+    async def complete_json(messages, schema, max_tokens):
+        return SimpleNamespace(value=next(calls), usage=Usage())
+
+    deps = SimpleNamespace(settings=Settings(agentic_max_steps=3, llm_tools_api=False),
+                           master=SimpleNamespace(complete_json=complete_json))
+    question = _question(progress=True).model_copy(update={"mode": Mode.AGENTIC})
+    steps, sent = _steps(question)
+    steps.aim("memory.answers", 0)
+    await agentic.answer_agentic(question, deps, steps)
+    assert [Progress.from_bytes(r.value).describe() for r in sent] == [
+        "agentic: step 1/3: output_answer", "agentic: step 2/3: output_answer"]
+
+
+async def test_the_progress_sink_never_blocks_and_drops_past_its_queue(monkeypatch):
+    from epistream.consumers import progress as worker_progress
+    from epistream.settings.processes import Settings
+
+    started = asyncio.Event()
+
+    class Unreachable:  # a broker that never answers: the producer's start hangs
+        async def start(self) -> None:
+            started.set()
+            await asyncio.Event().wait()
+
+        async def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(worker_progress, "create_producer", lambda *args, **kwargs: Unreachable())
+    monkeypatch.setattr(worker_progress, "QUEUE_MAX", 3)
+    sink = worker_progress.ProgressSink(Settings())
+    for n in range(5):
+        sink(Outgoing("memory.answers", progress_key("q1"), b"%d" % n, 0))  # returns at once, every time
+    await asyncio.wait_for(started.wait(), 5)
+    assert sink.dropped == 2
+    await asyncio.wait_for(sink.close(), 5)
+    assert sink.dropped == 5  # what was still queued at the stop is gone: progress is best effort
