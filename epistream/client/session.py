@@ -242,9 +242,10 @@ class EpistreamClient:
             {"progress": True} if on_progress is not None else {}))
         key = question.question_id.encode()
         future = self._router.expect(key)
-        listening = progress_key(question.question_id)
-        updates = self._router.listen(listening) if on_progress is not None else None
+        listening, updates = progress_key(question.question_id), None
         try:
+            if on_progress is not None:
+                updates = self._router.listen(listening)
             value = question.to_bytes()
             topic = self._settings.topic_questions
             with tracing.span(f"send {topic}", kind="producer", attributes=tracing.messaging("send", "send", topic)):
