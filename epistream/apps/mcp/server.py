@@ -137,7 +137,10 @@ class Tools:
         """`call`'s result, or an `error` (a tool's, or a resource's) saying why there is none within `timeout_s`."""
         bootstrap = self.settings.kafka_bootstrap
         try:
-            return await asyncio.wait_for(call, timeout_s)
+            # In the tool's own task (not wait_for's task of its own): a call its client cancels unwinds
+            # through the client's wait, which is gone before the cancellation reaches the tool.
+            async with asyncio.timeout(timeout_s):
+                return await call
         except TimeoutError:
             raise error(f"no {what} within {timeout_s:g} s: is the epistream stack up (Kafka at {bootstrap}, "
                         "the workers)?") from None
