@@ -4,8 +4,9 @@ its answer until the test lets it, so the test knows where the worker is without
 
 A deep ask with a progress callback gets a notification for each step (the mode, memory found, each
 assistant read, the master's call), values 1, 2, ..., before its result; an ask without a token gets
-its answer as before and the worker sends no progress record for it; a cancelled ask ends at once, the
-server says so with nothing left waiting, and keeps answering."""
+its answer as before and the worker sends no progress record for it; with tenant claims checked the
+progress comes on the tenant's own reply topic; a cancelled ask ends at once, the server says so with
+nothing left waiting, and keeps answering."""
 
 from __future__ import annotations
 
@@ -23,14 +24,17 @@ from typing import Any
 import pytest
 from mcp import Client
 from mcp.client.stdio import stdio_client
+from pydantic import SecretStr
 
 from epistream.consumers.prompts import ASSISTANT_PROMPT
 from epistream.contracts.replies import Answer, Progress, is_progress, progress_key
+from epistream.core.claims import tenant_key
+from epistream.messaging.tenant_topics import tenant_reply_topic
 from epistream.testing.scripted_llm import Reply, ScriptedLLM
 
 from .conftest import read_topic
 from .deployments import BASE_PORT, Deployment, deployments
-from .test_mcp import CALL_TIMEOUT_S, _http, _ok, _params, _remembered, _stdio, _until
+from .test_mcp import CALL_TIMEOUT_S, SECRET, _http, _ok, _params, _remembered, _stdio, _until
 
 pytestmark = [pytest.mark.integration]
 
@@ -180,3 +184,47 @@ def test_a_cancelled_ask_ends_at_once_and_the_server_stops_waiting(memory, tmp_p
     assert ended_in < 5.0, f"the cancelled call took {ended_in:.1f}s to end"
     line = next(line for line in errlog.read_text().splitlines() if "cancelled by its client" in line)
     assert "stopped waiting for the answer (0 call(s) still waiting, 0 listening to progress)" in line, line
+
+
+def test_with_claims_on_progress_comes_on_the_tenants_own_reply_topic(kafka):
+    """Tenant claims checked: a server holding A's key gets A's progress, which the worker sends to A's own
+    reply topic (where A's reply goes, readable with A's login), never to the shared one."""
+    tenant, conversation = f"mcp-prog-claims-{uuid.uuid4().hex[:8]}", f"conv-{uuid.uuid4().hex[:8]}"
+    models = Models()
+    with ScriptedLLM(models) as llm, deployments(kafka, 1, name="mcpprogc", tenant_key_secret=SecretStr(SECRET),
+                                                 llm_base_url=llm.base_url, assistant_base_urls=llm.base_url,
+                                                 llm_max_retries=0) as made:
+        guarded = made[0]
+        assert guarded.cli("tenant", "add", tenant).returncode == 0  # A's reply topic
+        backend = {k: v for k, v in guarded.env.items() if k != "EPISTREAM_TENANT_KEY_SECRET"} | {
+            "EPISTREAM_MCP_TENANT_KEY": tenant_key(SECRET.encode(), tenant).hex()}
+        ingest, answer = guarded.run("ingest", BASE_PORT + 26), guarded.run("answer", BASE_PORT + 27)
+        seen: list[str | None] = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            seen.append(message)
+            if message == "deep: the master model answers":
+                models.release.set()
+
+        async def drive() -> dict[str, Any]:
+            async with _stdio(tenant, backend) as client:
+                await _remembered(client, conversation, PHRASE, [{"speaker": "Ines", "text": SAID}])
+                asked = await client.call_tool("ask", _question(conversation, f"Where does Ines keep her tortoise? "
+                                                                              f"{HOLD}"),
+                                               progress_callback=on_progress)
+                assert not asked.is_error, asked.content[0].text
+                return asked.structured_content
+        try:
+            asked = asyncio.run(drive())
+            own = tenant_reply_topic(guarded.settings.topic_answers, tenant)
+            key = progress_key(asked["question_id"])
+            on_own, on_shared = (asyncio.run(read_topic(guarded.settings, topic, lambda k, v: k == key,
+                                                        want=want, timeout=timeout))
+                                 for topic, want, timeout in [(own, len(seen), 30), (guarded.settings.topic_answers,
+                                                                                     1, 3)])
+        finally:
+            models.release.set()
+            ingest.stop()
+            answer.stop()
+    assert asked["answer"] == ANSWER and seen[0] == "answering in deep mode" and seen[-1] == "deep: the master model answers"
+    assert [Progress.from_bytes(r.value).describe() for r in on_own] == seen and on_shared == []
