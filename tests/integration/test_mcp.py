@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import subprocess
 import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,16 +27,15 @@ from epistream.testing.scripted_llm import ScriptedLLM
 
 from .conftest import ROOT, read_topic
 from .deployments import BASE_PORT, deployments
+from .mcp_servers import free_port as _free_port
+from .mcp_servers import http_server
+from .mcp_servers import server_command as _server_command
 from .seed import seed_memory
 
 pytestmark = [pytest.mark.integration]
 
 #: Long enough for a CPU model's answer on a busy machine; a call that passes it fails the test.
 CALL_TIMEOUT_S = 360.0
-
-
-def _server_command(tenant: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "epistream.apps.cli.main", "mcp", "--tenant", tenant, *extra]
 
 
 def _params(tenant: str, env: dict[str, str] | None = None) -> StdioServerParameters:
@@ -53,39 +50,15 @@ def _stdio(tenant: str, env: dict[str, str] | None = None, **options: Any) -> Cl
     return Client(_params(tenant, env), read_timeout_seconds=CALL_TIMEOUT_S, **options)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @asynccontextmanager
 async def _http(tenant: str, env: dict[str, str] | None = None) -> AsyncIterator[Client]:
     async with _http_server(tenant, env) as url, Client(url, read_timeout_seconds=CALL_TIMEOUT_S) as client:
         yield client
 
 
-@asynccontextmanager
-async def _http_server(tenant: str, env: dict[str, str] | None = None) -> AsyncIterator[str]:
-    """A streamable-HTTP server for `tenant` (`env`: settings over the test's); yields its URL."""
-    port = _free_port()
-    server = subprocess.Popen(_server_command(tenant, "--transport", "http", "--port", str(port)), cwd=ROOT,
-                              env=dict(os.environ) | (env or {}), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if server.poll() is not None:
-                raise AssertionError(f"the HTTP server exited: {server.communicate()[1].decode()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the HTTP server never listened"
-                await asyncio.sleep(0.2)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+def _http_server(tenant: str, env: dict[str, str] | None = None) -> AbstractAsyncContextManager[str]:
+    """A streamable-HTTP server for `tenant` (`env`: settings over the test's); as a context, its URL."""
+    return http_server(tenant, dict(os.environ) | (env or {}))
 
 
 async def _call(client: Client, name: str, arguments: dict[str, Any]) -> CallToolResult:
