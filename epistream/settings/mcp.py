@@ -19,6 +19,14 @@ def _hex_key(value: SecretStr | None) -> SecretStr | None:
     return value
 
 
+def _bearer_token(value: SecretStr | None) -> SecretStr | None:
+    if value is not None:
+        token = value.get_secret_value()
+        if len(token) < 16 or not token.isascii() or not token.isprintable() or " " in token:
+            raise ValueError("needs at least 16 printable ASCII characters and no spaces (it travels in a header)")
+    return value
+
+
 class McpSettings(BaseSettings):
     """`epistream mcp`: the one tenant it serves, how it signs for it, how long each call may take."""
 
@@ -29,6 +37,10 @@ class McpSettings(BaseSettings):
     mcp_tenant_key: Annotated[SecretStr | None, AfterValidator(_hex_key)] = Field(
         None, description="That tenant's signing key in hex (`epistream tenant-key T`): with tenant claims on, the "
         "MCP server signs as the tenant and reads the tenant's own reply topic. Unset: the operator's secret, if set.")
+    mcp_token: Annotated[SecretStr | None, AfterValidator(_bearer_token)] = Field(
+        None, description="The bearer token every request to `epistream mcp --transport http` must carry "
+        "(`Authorization: Bearer ...`); required to listen on an address other than loopback. Unset: no login, "
+        "loopback only.")
     mcp_timeout_s: float = Field(30.0, gt=0, le=3600,
                                  description="Longest an MCP remember, recall or forget call may take.")
     mcp_ask_timeout_s: float = Field(300.0, gt=0, le=3600,

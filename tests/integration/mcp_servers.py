@@ -27,12 +27,13 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def http_server(tenant: str, env: Mapping[str, str] | None = None) -> AsyncIterator[str]:
+async def http_server(tenant: str, env: Mapping[str, str] | None = None, *,
+                      host: str = "127.0.0.1") -> AsyncIterator[str]:
     """`epistream mcp --transport http` for `tenant` (with `env`, else this process's environment) on a
-    free port: its URL once it listens; terminated on leaving."""
+    free port of `host`: its URL on loopback once it listens; terminated on leaving."""
     port = free_port()
-    server = subprocess.Popen(server_command(tenant, "--transport", "http", "--port", str(port)), cwd=ROOT,
-                              env=None if env is None else dict(env), stdout=subprocess.DEVNULL,
+    server = subprocess.Popen(server_command(tenant, "--transport", "http", "--host", host, "--port", str(port)),
+                              cwd=ROOT, env=None if env is None else dict(env), stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60

@@ -12,6 +12,7 @@ from epistream.settings.processes import load_settings
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     from epistream.apps.mcp.arguments import ArgumentError, served_tenant
+    from epistream.apps.mcp.auth import exposure_error
     from epistream.settings.processes import McpServerSettings
 
     settings = load_settings(McpServerSettings)
@@ -20,6 +21,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         tenant = served_tenant(args.tenant or settings.mcp_tenant)
     except ArgumentError as exc:
         print(f"epistream mcp: {exc}", file=sys.stderr)
+        return 2
+    if args.transport == "http" and (refusal := exposure_error(args.host, settings.mcp_token is not None)):
+        print(f"epistream mcp: {refusal}", file=sys.stderr)
         return 2
     try:
         from epistream.apps.mcp.server import serve

@@ -14,8 +14,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
+import anyio
 import mcp_types as types
 from aiokafka.errors import KafkaError
 from mcp.server import MCPServer
@@ -35,6 +36,7 @@ from epistream.apps.mcp.arguments import (
     recall_question,
     turns_for,
 )
+from epistream.apps.mcp.auth import BearerAuth
 from epistream.apps.mcp.changes import RESOURCES
 from epistream.apps.mcp.conversations import ConversationResources
 from epistream.apps.mcp.live import serve_live
@@ -332,5 +334,18 @@ def serve(settings: McpServerSettings, *, tenant: str, transport: Literal["stdio
     if transport == "stdio":
         server.run("stdio")
     else:
-        log.info("epistream MCP server on http://%s:%d/mcp", host, port)
-        server.run("streamable-http", host=host, port=port)
+        anyio.run(_serve_http, server, settings, host, port)
+
+
+async def _serve_http(server: MCPServer, settings: McpServerSettings, host: str, port: int) -> None:
+    """The SDK's streamable-HTTP app (its DNS-rebinding guard on loopback) under uvicorn, as the SDK's
+    `run` does, but behind the bearer-token check when EPISTREAM_MCP_TOKEN is set (auth.py)."""
+    import uvicorn
+
+    app: Any = server.streamable_http_app(host=host)
+    if settings.mcp_token is not None:
+        app = BearerAuth(app, settings.mcp_token.get_secret_value())
+    log.info("epistream MCP server on http://%s:%d/mcp (%s)", host, port,
+             "bearer token required" if settings.mcp_token is not None else "no login")
+    await uvicorn.Server(uvicorn.Config(app, host=host, port=port,
+                                        log_level=server.settings.log_level.lower())).serve()
