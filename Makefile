@@ -14,9 +14,9 @@ space := $() $()
 LLAMA_WHEEL_DIR = $(WHEEL_DIR)/$(LLAMA_CPP_VERSION)_$(subst $(space),_,$(subst =,-,$(subst -DGGML_,,$(GGML_PORTABLE_FLAGS))))
 LLAMA_WHEEL = $(LLAMA_WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-py3-none-linux_$(shell uname -m).whl
 
-.PHONY: setup system-deps venv model-wheel python-deps demo check test types up down status bench eval eval-budget clean
+.PHONY: setup system-deps venv model-wheel python-deps node-tools demo check test types up down status bench eval eval-budget clean
 
-setup: system-deps $(VENV)/.installed $(LANGCHAIN_MCP_VENV)/.installed
+setup: system-deps $(VENV)/.installed $(LANGCHAIN_MCP_VENV)/.installed node-tools
 
 # Each step on its own: `make venv model-wheel python-deps`.
 venv: $(BIN)/python
@@ -72,6 +72,22 @@ $(LANGCHAIN_MCP_VENV)/.installed: pyproject.toml
 	$(LANGCHAIN_MCP_VENV)/bin/python -m pip install -q --upgrade pip wheel
 	$(LANGCHAIN_MCP_VENV)/bin/python -m pip install -q -e '.[langchain-mcp]'
 	touch $@
+
+# The MCP interop tests' Node tools (tests/integration/test_mcp_conformance.py, test_mcp_inspector.py): the
+# official conformance suite and the MCP Inspector, on Node 22 (the `node` npm package: the system's may be
+# older), pinned, in a directory of the project's own. Without npm nothing is installed and those tests skip.
+NODE_TOOLS_DIR          = .epistream/node
+NODE_VERSION            = 22.23.3
+MCP_CONFORMANCE_VERSION = 0.1.16
+MCP_INSPECTOR_VERSION   = 2.12.0
+node-tools: $(NODE_TOOLS_DIR)/.installed
+
+$(NODE_TOOLS_DIR)/.installed: Makefile
+	@if command -v npm >/dev/null; then \
+	  mkdir -p $(@D) && npm install --silent --prefix $(@D) --no-save --no-audit --no-fund node@$(NODE_VERSION) \
+	    @modelcontextprotocol/conformance@$(MCP_CONFORMANCE_VERSION) \
+	    @modelcontextprotocol/inspector@$(MCP_INSPECTOR_VERSION) && touch $@; \
+	else echo "no npm: the MCP conformance and Inspector tests will skip"; fi
 
 demo: setup
 	$(BIN)/epistream demo
