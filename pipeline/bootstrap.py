@@ -18,7 +18,14 @@ from psycopg_pool import AsyncConnectionPool
 from epistream.core import tracing
 from epistream.core.metrics import Metrics
 from epistream.messaging import faust_fixes
-from epistream.messaging.kafka_io import PartitionLag, faust_broker_options, faust_datadir, report_lag, worker_client_id
+from epistream.messaging.kafka_io import (
+    PartitionLag,
+    faust_broker_options,
+    faust_datadir,
+    records_between,
+    report_lag,
+    worker_client_id,
+)
 from epistream.ops.resources import Resources
 from epistream.settings.processes import Settings
 
@@ -141,8 +148,10 @@ class WorkerApp(Generic[R]):
 
     async def redeliver_if_stalled(self, lag: PartitionLag | None) -> None:
         """Seek back (or restart) what the stall guard finds stalled in `lag`; a failure is counted, never raised."""
-        await housekeeping.guarded("redelivery", lambda: seek_back_if_stalled(self.app, self.stall_guard, lag,
-                                                                              self.metrics), self.metrics)
+        await housekeeping.guarded("redelivery", lambda: seek_back_if_stalled(
+            self.app, self.stall_guard, lag, self.metrics,
+            lambda topic, partition, first, end: records_between(self.settings, topic, partition, first, end)),
+            self.metrics)
 
 
 async def send_delivered(topic: faust.TopicT, key: bytes | None, value: bytes) -> None:

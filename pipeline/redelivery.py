@@ -36,7 +36,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import NoReturn
 
 import faust
@@ -75,6 +75,8 @@ class StallGuard:
         self._trailing: dict[tuple[str, int], tuple[int, float]] = {}
         # (topic, partition) -> the committed offset it was sought back to
         self._sought: dict[tuple[str, int], int] = {}
+        # (topic, partition) -> (committed, end) where the log holds no record between: nothing to fetch
+        self._empty: dict[tuple[str, int], tuple[int, int]] = {}
 
     @property
     def in_flight(self) -> int:
@@ -108,7 +110,7 @@ class StallGuard:
         record in flight restarts its clock, and only its."""
         mine = {(str(t), int(p)) for t, p in assigned}
         trailing = {tp: seen for tp, seen in lag.items()
-                    if tp in mine and seen[0] < seen[1] and not self._held.get(tp)}
+                    if tp in mine and seen[0] < seen[1] and not self._held.get(tp) and self._empty.get(tp) != seen}
         for tp in list(self._trailing):
             if tp not in trailing or self._trailing[tp][0] != trailing[tp][0]:
                 del self._trailing[tp]  # caught up, moved on, in flight, or no longer this worker's
@@ -119,6 +121,12 @@ class StallGuard:
         for tp in stalled:
             del self._trailing[tp]
         return stalled
+
+    def nothing_to_fetch(self, tp: tuple[str, int], committed: int, end: int) -> None:
+        """The log holds no record a consumer is given between `committed` and `end` (a transaction's
+        marker last, say): the partition is caught up there, not stalled, until either moves."""
+        self._empty[tp] = (committed, end)
+        self._sought.pop(tp, None)
 
     def verdict(self, lag: PartitionLag, assigned: Iterable[tuple[str, int]], now: float) -> tuple[str, list[tuple[str, int]]]:
         """("seek", partitions) for a first stall; ("restart", partitions) when one stalls again at the
@@ -136,15 +144,31 @@ class StallGuard:
         return "seek", stalled
 
 
-async def seek_back_if_stalled(app: faust.App, guard: StallGuard, lag: PartitionLag | None, metrics: Metrics) -> str:
+#: Whether the log holds a record a consumer is given in [first, end) of a topic's partition: True,
+#: False, or None when the broker cannot say (messaging.kafka_io.records_between).
+HoldsRecords = Callable[[str, int, int, int], Awaitable[bool | None]]
+
+
+async def seek_back_if_stalled(app: faust.App, guard: StallGuard, lag: PartitionLag | None, metrics: Metrics,
+                               holds_records: HoldsRecords) -> str:
     """Act on the guard's verdict: seek the stalled partitions back to their committed offsets (the
     start, for a group that never committed), or end the process (its supervisor starts it again);
-    nothing while the group rebalances (Faust seeks then itself). Returns the verdict."""
+    nothing while the group rebalances (Faust seeks then itself). A partition whose log holds nothing
+    a consumer is given past its committed offset (a third party's transaction ended with a marker the
+    consumer never receives, so the commit stays one short of the end until the next record) is caught
+    up, not stalled. Returns the verdict."""
     if lag is None or app.rebalancing:
         return "ok"
     verdict, stalled = guard.verdict(lag, app.consumer.assignment(), time.monotonic())
     if verdict == "ok":
         return verdict
+    for tp in list(stalled):
+        committed, end = lag[tp]
+        if await holds_records(tp[0], tp[1], committed, end) is False:
+            guard.nothing_to_fetch(tp, committed, end)
+            stalled.remove(tp)
+    if not stalled:
+        return "ok"
     where = ", ".join(f"{t}[{p}]" for t, p in stalled)
     metrics.consumer_reseeks.labels(app.conf.id, verdict).inc()
     if verdict == "seek":

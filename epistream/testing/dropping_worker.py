@@ -2,10 +2,11 @@
 is neither handled nor acknowledged), guarded as the workers are (pipeline/redelivery.py). The test of
 the guard runs it as a process, on the real broker, and expects every record handled once sought back.
 
-    python -m epistream.testing.dropping_worker BOOTSTRAP TOPIC GROUP HANDLED_FILE STALL_S STATE_DIR [always]
+    python -m epistream.testing.dropping_worker BOOTSTRAP TOPIC GROUP HANDLED_FILE STALL_S STATE_DIR [always|never]
 
 Each handled record's value is appended as a line to HANDLED_FILE; each verdict but "ok" is logged.
-With `always`, every delivery is dropped: a consumer the seek cannot help, which must end its process.
+With `always`, every delivery is dropped: a consumer the seek cannot help, which must end its process;
+with `never`, none is: a plain guarded worker.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import cast
 import faust
 
 from epistream.core.metrics import Metrics
-from epistream.messaging.kafka_io import faust_broker_options, faust_datadir, report_lag
+from epistream.messaging.kafka_io import faust_broker_options, faust_datadir, records_between, report_lag
 from epistream.pipeline.redelivery import StallGuard, seek_back_if_stalled
 from epistream.settings.processes import Settings
 
@@ -26,7 +27,7 @@ log = logging.getLogger("dropping_worker")
 
 
 def create_app(settings: Settings, topic: str, group: str, handled: Path, stall_s: float, *,
-               always: bool = False) -> faust.App:
+               always: bool = False, never: bool = False) -> faust.App:
     app = faust.App(group, **faust_broker_options(settings), store="memory://", web_enabled=False,
                     autodiscover=False, consumer_auto_offset_reset="earliest", topic_allow_declare=False,
                     topic_disable_leader=True, datadir=faust_datadir(settings, group))
@@ -40,7 +41,7 @@ def create_app(settings: Settings, topic: str, group: str, handled: Path, stall_
         manual = cast("faust.Stream[bytes]", stream).noack()
         async for event in manual.events():
             where = (event.message.partition, event.message.offset)
-            if always or where not in dropped:
+            if always or (not never and where not in dropped):
                 dropped.add(where)  # neither handled nor acknowledged, and not in flight
                 continue
             with guard.handling([(event.message.topic, event.message.partition)]):
@@ -51,7 +52,8 @@ def create_app(settings: Settings, topic: str, group: str, handled: Path, stall_
     @app.timer(interval=1.0)
     async def watch() -> None:
         lag = await report_lag(settings, metrics, group, [topic])
-        verdict = await seek_back_if_stalled(app, guard, lag, metrics)
+        verdict = await seek_back_if_stalled(
+            app, guard, lag, metrics, lambda t, p, first, end: records_between(settings, t, p, first, end))
         if verdict != "ok":
             log.warning("verdict: %s", verdict)
 
@@ -61,7 +63,8 @@ def create_app(settings: Settings, topic: str, group: str, handled: Path, stall_
 def main(argv: list[str]) -> None:
     bootstrap, topic, group, handled, stall_s, state_dir = argv[:6]
     settings = Settings().with_overrides(kafka_bootstrap=bootstrap, home=Path(state_dir))
-    app = create_app(settings, topic, group, Path(handled), float(stall_s), always=argv[6:] == ["always"])
+    app = create_app(settings, topic, group, Path(handled), float(stall_s), always=argv[6:] == ["always"],
+                     never=argv[6:] == ["never"])
     faust.Worker(app, loglevel="INFO", quiet=True).execute_from_commandline()
 
 

@@ -49,11 +49,7 @@ def test_records_dropped_by_the_consumer_are_fetched_again_and_handled(kafka, tm
     handled, log_path = tmp_path / "handled.txt", tmp_path / "worker.log"
     worker, topic, group = _start(kafka, tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while sorted(_lines(handled)) != sorted(RECORDS):
-            assert worker.poll() is None, log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"handled {_lines(handled)}; log: {log_path.read_text()[-3000:]}"
-            time.sleep(0.5)
+        _wait_handled(worker, handled, log_path)
         # Each handled once, and the group's committed offsets reach the end: nothing left behind.
         assert sorted(_lines(handled)) == sorted(RECORDS)
         deadline = time.monotonic() + 30
@@ -74,6 +70,48 @@ def test_a_consumer_the_seek_cannot_help_ends_its_process_for_a_fresh_start(kafk
     log = (tmp_path / "worker.log").read_text()
     assert "seeking back to the committed offsets" in log and "exiting, to be started afresh" in log, log[-3000:]
     assert not (tmp_path / "handled.txt").exists()
+
+
+def test_a_partition_ending_in_a_transaction_marker_is_caught_up_not_stalled(kafka, tmp_path):
+    """A third party's transactional producer wrote the partition's last records: the commit marker
+    after them is an offset no consumer is given, so the group's committed offset stays one short of
+    the end. The guard asks the log, finds nothing to fetch there, and neither seeks nor exits."""
+    run = uuid.uuid4().hex[:8]
+    topic, group = f"redeliver-tx-{run}", f"redeliver-tx-group-{run}"
+    asyncio.run(create_topic(kafka, topic, partitions=1))
+    producer = KafkaProducer(bootstrap_servers=kafka.kafka_bootstrap, transactional_id=f"redeliver-tx-{run}")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for value in RECORDS:
+            producer.send(topic, value=value.encode(), partition=0)
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    handled, log_path = tmp_path / "handled.txt", tmp_path / "worker.log"
+    with log_path.open("wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "epistream.testing.dropping_worker", kafka.kafka_bootstrap, topic, group,
+             str(handled), str(STALL_S), str(tmp_path / "home"), "never"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_handled(worker, handled, log_path)
+        # Idle for four stall periods: long enough for a seek and then an exit, were it called stalled.
+        time.sleep(4 * STALL_S + 2)
+        assert worker.poll() is None, log_path.read_text()[-3000:]
+        assert "verdict" not in log_path.read_text(), log_path.read_text()[-3000:]
+        (done, end), = asyncio.run(partition_lag(kafka, group, [topic])).values()
+        assert done == end - 1, "the commit marker is the partition's last offset"
+    finally:
+        _stop(worker)
+
+
+def _wait_handled(worker: subprocess.Popen, handled, log_path) -> None:  # type: ignore[no-untyped-def,type-arg]
+    """Until every record of RECORDS is handled, the worker alive throughout."""
+    deadline = time.monotonic() + 120
+    while sorted(_lines(handled)) != sorted(RECORDS):
+        assert worker.poll() is None, log_path.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"handled {_lines(handled)}; log: {log_path.read_text()[-3000:]}"
+        time.sleep(0.5)
 
 
 def _stop(worker: subprocess.Popen) -> None:  # type: ignore[type-arg]

@@ -81,6 +81,10 @@ def test_the_middleware_passes_the_token_and_lifespan_and_answers_401_otherwise(
         assert start["status"] == 401 and dict(start["headers"])[b"www-authenticate"].startswith(b"Bearer realm=")
         assert TOKEN not in body["body"]
     assert passed == ["http", "lifespan"]
+    # A websocket, even one carrying the token, never reaches the SDK's app: the endpoint serves none.
+    assert _request(middleware, [(b"authorization", b"Bearer " + TOKEN)], kind="websocket") == [
+        {"type": "websocket.close", "code": 1008}]
+    assert passed == ["http", "lifespan"]
 
 
 def test_the_token_setting_is_a_secret_of_16_printable_characters(monkeypatch: pytest.MonkeyPatch) -> None:

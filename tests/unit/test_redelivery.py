@@ -109,3 +109,14 @@ def test_a_seek_that_brought_the_records_is_forgotten():
     # A later stall, even at an offset it once was sought to, is a first stall again.
     guard.verdict({P0: (5, 9)}, MINE, now=100)
     assert guard.verdict({P0: (5, 9)}, MINE, now=160) == ("seek", [P0])
+
+
+def test_a_partition_with_nothing_to_fetch_before_its_end_is_caught_up_until_its_log_or_commit_moves():
+    guard = StallGuard(stall_s=60)
+    assert guard.verdict({P0: (4, 5)}, MINE, now=0) == ("ok", [])
+    assert guard.verdict({P0: (4, 5)}, MINE, now=60) == ("seek", [P0])
+    guard.nothing_to_fetch(P0, 4, 5)  # offset 4 is a transaction's marker: not sought, not "stalled again"
+    assert guard.stalled({P0: (4, 5)}, MINE, now=1000) == []
+    # A record after the marker: trailing again, timed afresh.
+    assert guard.stalled({P0: (4, 6)}, MINE, now=1000) == []
+    assert guard.stalled({P0: (4, 6)}, MINE, now=1060) == [P0]

@@ -61,15 +61,18 @@ def challenge(authorization: bytes | None, token: bytes) -> str | None:
 
 class BearerAuth:
     """ASGI middleware: every HTTP request carries the token or is answered 401 before the SDK sees it;
-    lifespan events pass through (the SDK's session manager starts on them)."""
+    lifespan events pass through (the SDK's session manager starts on them); a websocket is closed."""
 
     def __init__(self, app: App, token: str) -> None:
         self._app = app
         self._token = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "lifespan":
             await self._app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # a websocket: the endpoint serves none, and nothing passes unchecked
+            await send({"type": "websocket.close", "code": 1008})
             return
         headers = [value for name, value in scope.get("headers", ()) if name == b"authorization"]
         refusal = challenge(headers[0] if len(headers) == 1 else b"" if headers else None, self._token)
