@@ -68,27 +68,9 @@ def run_worker(bootstrap: str, topic: str, group: str, handled: str, state_dir: 
         from epistream.messaging import faust_fixes
 
         faust_fixes.apply()
-    if os.environ.get("PROBE_TRACE"):
-        _trace_commits()
     settings = Settings().with_overrides(kafka_bootstrap=bootstrap, home=Path(state_dir))
     app = create_app(settings, topic, group, Path(handled))
     faust.Worker(app, loglevel="INFO", quiet=True).execute_from_commandline()
-
-
-def _trace_commits() -> None:
-    """Log each commit Faust computes past an offset no agent acknowledged (PROBE_TRACE=1): diagnosis only."""
-    from faust.transport.consumer import Consumer
-
-    computed = Consumer._new_offset
-
-    def traced(self: Consumer, tp: faust.types.TP) -> int | None:
-        committed, acked = self._committed_offset[tp], sorted(self._acked[tp])
-        new = computed(self, tp)
-        if new is not None and acked and committed is not None and acked[0] > committed:
-            log.warning("commit of %s passes unacknowledged offsets %d..%d: %d", tp, committed, acked[0] - 1, new)
-        return new
-
-    Consumer._new_offset = traced  # type: ignore[method-assign]
 
 
 @dataclass
