@@ -24,6 +24,7 @@ from .client.api import (
     events,
     events_after,
     events_topic,
+    follow_events,
     forget,
     produce_raw,
     produce_turns,
@@ -56,7 +57,7 @@ __version__ = "0.1.0"
 __all__ = [
     # the client's calls (epistream.client.api), and the long-lived client they wrap (epistream.client.session)
     "EpistreamClient", "ask", "context", "produce_turns", "produce_raw", "forget", "events", "events_after", "events_topic",
-    "claim_headers", "After", "EventBatch",
+    "follow_events", "claim_headers", "After", "EventBatch",
     # the contracts a caller builds or receives (epistream.contracts)
     "Turn", "Question", "Mode", "TimeRange", "Position", "Answer", "Evidence", "MemoryContext", "MemoryItem",
     "ResolvedPeriod", "Progress", "MemoryEvent", "ForgetRecord", "CONTEXT_BUDGET_DEFAULT", "CONTEXT_BUDGET_MIN",

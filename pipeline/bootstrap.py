@@ -6,6 +6,7 @@ Each app module declares only what is its own: its topics, agents and timers."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -150,7 +151,7 @@ class WorkerApp(Generic[R]):
         """Seek back (or restart) what the stall guard finds stalled in `lag`; a failure is counted, never raised."""
         await housekeeping.guarded("redelivery", lambda: seek_back_if_stalled(
             self.app, self.stall_guard, lag, self.metrics,
-            lambda topic, partition, first, end: records_between(self.settings, topic, partition, first, end)),
+            functools.partial(records_between, self.settings)),
             self.metrics)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from epistream.contracts.events import MemoryEvent
 from epistream.contracts.positions import Position
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "After", "ClientClosed", "EpistreamClient", "EventBatch", "EventCursorError", "ask", "claim_headers", "context",
-    "events", "events_after", "events_topic", "forget", "produce_raw", "produce_turns",
+    "events", "events_after", "events_topic", "follow_events", "forget", "produce_raw", "produce_turns",
 ]
 
 
@@ -129,18 +129,39 @@ async def events(settings: ClientSettings, *, tenant: str, from_beginning: bool 
     """Tenant `tenant`'s memory events (docs/events.md) as they come, from now on (or from the oldest the
     topic keeps): its own events topic where claims are checked (a backend with its `tenant_key`), else
     the shared one, filtered to the tenant. Delivery is at least once: drop an `event_id` seen before."""
+    async for batch in follow_events(settings, tenant=tenant, after={} if from_beginning else None,
+                                     tenant_key=tenant_key):
+        for event in batch.events:
+            yield event
+
+
+async def follow_events(settings: ClientSettings, *, tenant: str, after: Mapping[int, int] | None,
+                        tenant_key: bytes | None = None, limit: int = 1000) -> AsyncIterator[EventBatch]:
+    """`tenant`'s events after the offsets `after` (as `events_after` takes them; None: from now on), batch
+    by batch as they come, through one consumer for as long as the caller iterates: the first batch, empty,
+    once the reader holds its place (nothing after it is missed), then each fetch that read something,
+    even only other tenants' records, so `next_offsets` always says where to resume (a broken-off reader
+    passes it back as `after`). An EventCursorError where `after` does not fit the topic."""
     async with _events_consumer(settings, tenant, tenant_key) as (consumer, partitions):
-        if from_beginning:
-            await consumer.seek_to_beginning(*partitions)
-        else:
-            await consumer.seek_to_end(*partitions)
-        for tp in partitions:
-            await consumer.position(tp)  # the start is fixed here, before the first event is awaited
+        next_offsets, expired = await _start_at(consumer, partitions, after)
+        yield EventBatch([], dict(next_offsets), expired)
         while True:
-            for records in (await consumer.getmany(timeout_ms=500)).values():
-                for record in records:
-                    if (event := _tenant_event(record.value, tenant)) is not None:
-                        yield event
+            fetched = await consumer.getmany(*partitions, timeout_ms=500, max_records=limit)
+            if fetched:
+                yield EventBatch(_take(fetched, tenant, next_offsets), dict(next_offsets))
+
+
+def _take(fetched: Mapping[TopicPartition, list[ConsumerRecord]], tenant: str,
+          next_offsets: dict[int, int]) -> list[MemoryEvent]:
+    """`tenant`'s events among the records fetched, `next_offsets` moved past every record (another
+    tenant's, or one that is no event, is passed, not returned)."""
+    found: list[MemoryEvent] = []
+    for tp, records in fetched.items():
+        for record in records:
+            if (event := _tenant_event(record.value, tenant)) is not None:
+                found.append(event)
+            next_offsets[tp.partition] = record.offset + 1
+    return found
 
 
 class EventCursorError(PermanentError, ValueError):
@@ -197,9 +218,5 @@ async def events_after(settings: ClientSettings, *, tenant: str, after: Mapping[
                 break
             wait = 500 if not caught_up else min(500, max(1, int((deadline - now) * 1000)))
             batches = await consumer.getmany(*partitions, timeout_ms=wait, max_records=limit - len(found))
-            for tp, records in batches.items():
-                for record in records:
-                    if (event := _tenant_event(record.value, tenant)) is not None:
-                        found.append(event)
-                    next_offsets[tp.partition] = record.offset + 1  # another tenant's: passed, not returned
+            found += _take(batches, tenant, next_offsets)
     return EventBatch(found, next_offsets, expired)

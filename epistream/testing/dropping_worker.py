@@ -11,6 +11,7 @@ with `never`, none is: a plain guarded worker.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from pathlib import Path
@@ -53,7 +54,7 @@ def create_app(settings: Settings, topic: str, group: str, handled: Path, stall_
     async def watch() -> None:
         lag = await report_lag(settings, metrics, group, [topic])
         verdict = await seek_back_if_stalled(
-            app, guard, lag, metrics, lambda t, p, first, end: records_between(settings, t, p, first, end))
+            app, guard, lag, metrics, functools.partial(records_between, settings))
         if verdict != "ok":
             log.warning("verdict: %s", verdict)
 

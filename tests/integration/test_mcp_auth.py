@@ -12,7 +12,6 @@ import httpx2
 import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from .conftest import ROOT
 from .mcp_servers import free_port, http_server, server_command
@@ -33,8 +32,8 @@ def _env(**settings: str) -> dict[str, str]:
 
 def _client(url: str, headers: Mapping[str, str] | None = None) -> Client:
     """The SDK's client of `url`, its HTTP requests carrying `headers`."""
-    return Client(streamable_http_client(url, http_client=create_mcp_http_client(headers=dict(headers or {}))),
-                  read_timeout_seconds=120)
+    http = httpx2.AsyncClient(headers=dict(headers or {}), timeout=httpx2.Timeout(30, read=300))  # as docs/mcp.md
+    return Client(streamable_http_client(url, http_client=http), read_timeout_seconds=120)
 
 
 def test_off_loopback_without_a_token_it_refuses_to_start(unique):

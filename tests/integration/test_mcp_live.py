@@ -17,6 +17,7 @@ from mcp import Client, MCPError
 from mcp.client.subscriptions import Subscription
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated, ServerEvent
 
+from epistream.client import api
 from epistream.testing.scripted_llm import ScriptedLLM
 
 from .deployments import BASE_PORT, deployments
@@ -190,3 +191,22 @@ async def test_with_kafka_unreachable_a_call_logs_it_and_a_subscription_is_refus
         assert heard.logs() == [("error", f"tool recall failed: Kafka at 127.0.0.1:{closed} unreachable")]
         with pytest.raises(MCPError, match=f"memory events cannot be read .*127.0.0.1:{closed}"):
             await client.subscribe_resource(_uri("c", "timeline"))
+
+
+async def test_a_whole_tenant_forget_tells_a_listen_stream_of_a_conversation_the_server_never_saw(stack, unique):
+    """A 2026 client listening to the timeline of a conversation stored before its server started (so the
+    server never saw it stored) is told when an operator forgets the whole tenant: the streams' own
+    resources count among those a whole-tenant forget changes, not only the conversations seen since."""
+    tenant, conversation = unique("mcp-tenant"), unique("conv")
+    timeline = _uri(conversation, "timeline")
+    async with _stdio(tenant) as writer:
+        await _remember(writer, conversation, [("Ana", "I keep bees on the roof.")])
+        assert "bees" in (await _call(writer, "recall", {"question": "Who keeps bees?"})).content[0].text
+    listened: list[ServerEvent] = []
+    async with _stdio(tenant) as client, client.listen(resource_subscriptions=[timeline]) as subscription:
+        task = asyncio.create_task(_collect(subscription, listened))
+        try:
+            await api.forget(stack, tenant=tenant)
+            await _heard(lambda: ResourceUpdated(uri=timeline) in listened, "the whole-tenant forget's notification")
+        finally:
+            task.cancel()

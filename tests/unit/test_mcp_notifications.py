@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import mcp_types as types
 import pytest
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.exceptions import MCPError
 
 from epistream.apps.mcp.changes import (
@@ -17,7 +19,7 @@ from epistream.apps.mcp.changes import (
     uri,
 )
 from epistream.apps.mcp.conversations import page_after, page_cursor
-from epistream.apps.mcp.notify import at_least, failure
+from epistream.apps.mcp.notify import Notifier, at_least, failure
 from epistream.contracts.events import MemoryEvent
 
 AT = datetime(2026, 12, 6, tzinfo=UTC)
@@ -100,3 +102,22 @@ def test_a_failed_call_logs_the_servers_own_reason_only(reason, level, message):
 
 def test_a_level_passes_at_or_above_the_floor():
     assert at_least("error", "warning") and at_least("warning", "warning") and not at_least("info", "warning")
+
+
+def test_a_listen_streams_resources_count_as_subscribed_while_it_is_open():
+    """What a whole-tenant forget tells: the resources open listen streams asked for (two streams may ask for
+    the same one: it stays until both close), never a URI of no resource of this server."""
+    notifier = Notifier(InMemorySubscriptionBus(), default_level="warning")
+
+    def listen(*uris: str) -> types.SubscriptionsListenRequestParams:
+        return types.SubscriptionsListenRequestParams(
+            notifications=types.SubscriptionFilter(resource_subscriptions=list(uris)))
+
+    with notifier.listening(listen(uri("a", "timeline"), "file:///etc/passwd")):
+        with notifier.listening(listen(uri("a", "timeline"), uri("b", "facts"))):
+            assert notifier.subscribed() == {uri("a", "timeline"), uri("b", "facts")}
+        assert notifier.subscribed() == {uri("a", "timeline")}
+    assert notifier.subscribed() == set()
+    with pytest.raises(MCPError, match="at most 1000"), \
+            notifier.listening(listen(*(uri(f"c{n}", "facts") for n in range(1001)))):
+        pass

@@ -36,7 +36,8 @@ def serve_live(server: MCPServer, conversations: ConversationResources, notifier
     async def listen_from_now(ctx: ServerRequestContext,
                               params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
         await positioned()
-        return await listen(ctx, params)
+        with notifier.listening(params):
+            return await listen(ctx, params)
 
     lowlevel.add_request_handler("resources/list", types.PaginatedRequestParams, conversations.list_resources)
     lowlevel.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)

@@ -1,6 +1,7 @@
 """What the MCP server asks of the client, in one place, and the positions it has written. Reads and
-writes go through the server's one EpistreamClient (kept for its lifetime, server.py); the events reads
-are one-shot calls of epistream.client.api.
+writes go through the server's one EpistreamClient (kept for its lifetime, server.py); the `events` tool's
+reads are one-shot calls of epistream.client.api, the notifier's one long-lived reader (watch.py) its
+`follow_events`.
 
 Read-your-own-writes: `remember` keeps, per conversation, the Kafka position of the last turn it
 produced, and `recall` and `ask` pass those positions on (`after`), so the answer worker reads only
@@ -15,7 +16,7 @@ The positions come from the client's `produce_turns` and go back as the `after` 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from threading import Lock
 from typing import Literal
 
@@ -130,6 +131,12 @@ async def read_events(settings: ClientSettings, *, tenant: str, after: Mapping[i
     an EventCursorError where `after` does not fit the topic."""
     return await api.events_after(settings, tenant=tenant, after=after, wait_s=wait_s, limit=limit,
                                   tenant_key=tenant_key)
+
+
+def follow_events(settings: ClientSettings, *, tenant: str, after: Mapping[int, int] | None,
+                  tenant_key: bytes | None) -> AsyncIterator[EventBatch]:
+    """The tenant's events after `after` (None: from now on) as they come, through one consumer while iterated."""
+    return api.follow_events(settings, tenant=tenant, after=after, tenant_key=tenant_key)
 
 
 def events_topic(settings: ClientSettings, tenant: str, tenant_key: bytes | None) -> str:

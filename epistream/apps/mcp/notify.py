@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +40,8 @@ LEVELS: tuple[types.LoggingLevel, ...] = ("debug", "info", "notice", "warning", 
                                           "emergency")
 #: The logger name the server's log messages carry.
 LOGGER = "epistream"
-#: The most resources one connection may subscribe to (a client cannot grow the server's memory without end).
+#: The most resources one connection, or one listen stream, may subscribe to (a client cannot grow the
+#: server's memory without end).
 MAX_SUBSCRIPTIONS = 1_000
 
 # The reasons server.py gives (a tool's result prefixed by the SDK with "Error executing tool NAME: ").
@@ -89,6 +92,7 @@ class Notifier:
         self.bus = bus
         self.default_level = default_level
         self._peers: dict[int, _Peer] = {}
+        self._listened: Counter[str] = Counter()  # the resources open listen streams asked for, and how many
 
     def _peer(self, ctx: ServerRequestContext[Any, Any]) -> _Peer | None:
         """The request's handshake-era connection, noted on its first request (None: a 2026 request)."""
@@ -177,9 +181,26 @@ class Notifier:
         for peer in list(self._peers.values()):
             await peer.connection.send_resource_list_changed()
 
+    @contextmanager
+    def listening(self, params: types.SubscriptionsListenRequestParams) -> Iterator[None]:
+        """A 2026 listen stream's resources, named in `subscribed` while the stream is open (the SDK's
+        ListenHandler filters what each stream gets; this is how a whole-tenant forget learns of them)."""
+        uris = {str(uri) for uri in params.notifications.resource_subscriptions or ()}
+        if len(uris) > MAX_SUBSCRIPTIONS:
+            raise MCPError(types.INVALID_PARAMS, f"at most {MAX_SUBSCRIPTIONS} subscriptions a listen stream")
+        uris = {uri for uri in uris if resource_of(uri) is not None}
+        self._listened.update(uris)
+        try:
+            yield
+        finally:
+            self._listened.subtract(uris)
+            for uri in uris:
+                if self._listened[uri] <= 0:
+                    del self._listened[uri]
+
     def subscribed(self) -> set[str]:
-        """Every resource a handshake-era connection subscribed to."""
-        return {uri for peer in self._peers.values() for uri in peer.subscribed}
+        """Every resource a handshake-era connection subscribed to or an open listen stream asked for."""
+        return {uri for peer in self._peers.values() for uri in peer.subscribed} | set(self._listened)
 
     async def broadcast(self, level: types.LoggingLevel, message: str) -> None:
         """A log message about no request: to every handshake-era connection that wants its level."""

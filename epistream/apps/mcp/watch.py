@@ -1,11 +1,12 @@
-"""The MCP server's one reader of its tenant's memory events (the `events` tool's path, epistream.client's
-`events_after`), turning each into the notifications it calls for (changes.py, notify.py).
+"""The MCP server's one reader of its tenant's memory events (epistream.client's `follow_events`, the
+`events` tool's topic), turning each into the notifications it calls for (changes.py, notify.py).
 
-It reads from a cursor it keeps, each read a long poll that returns as soon as events come, so a change
-reaches the clients that asked within about a second of its event reaching the events topic (the poll's
-own consumer starting is most of that), and a read that fails (Kafka unreachable) resumes from the same
-cursor: nothing is skipped, only late. It starts from the topic's end when the server starts: changes
-from before are not announced. One reader for the server, however many clients subscribe."""
+One consumer, kept while the server runs, so a change reaches the clients that asked within about a
+second of its event reaching the events topic (a fetch waits at most half a second), and an idle server
+holds one connection instead of starting a consumer per poll. The reader keeps where it is; a read that
+fails (Kafka unreachable at start, a topic missing) starts again from there: nothing is skipped, only
+late. It starts from the topic's end when the server starts: changes from before are not announced. One
+reader for the server, however many clients subscribe."""
 
 from __future__ import annotations
 
@@ -20,11 +21,6 @@ from epistream.apps.mcp.notify import Notifier
 from epistream.settings.processes import McpServerSettings
 
 log = logging.getLogger(__name__)
-
-#: The longest one read waits for events (it returns as soon as some come), and the most it returns.
-POLL_S = 30.0
-BATCH = 1_000
-
 
 class EventWatch:
     """Reads the tenant's memory events while the server runs and hands their changes to the notifier."""
@@ -59,24 +55,24 @@ class EventWatch:
         offsets: dict[int, int] | None = None
         while True:
             try:
-                batch = await memory.read_events(
-                    self.settings, tenant=self.tenant, after=offsets, wait_s=0.0 if offsets is None else POLL_S,
-                    limit=BATCH, tenant_key=self.settings.mcp_key)
+                async for batch in memory.follow_events(self.settings, tenant=self.tenant, after=offsets,
+                                                        tenant_key=self.settings.mcp_key):
+                    offsets = batch.next_offsets
+                    await self._positioned_again()
+                    for event in batch.events:
+                        await self._announce(change_of(event, self.known))
             except memory.EventCursorError as exc:  # the events topic was made again: from its end
                 log.warning("memory events cursor dropped (%s): reading from now on", exc)
                 offsets = None
-                continue
             except Exception as exc:  # Kafka unreachable, a topic missing: tell once, retry from the same place
                 await self._failed(exc)
                 await asyncio.sleep(self.settings.mcp_events_retry_s)
-                continue
-            offsets = batch.next_offsets
-            self._positioned.set()
-            if self._failing:
-                self._failing = False
-                await self.notifier.broadcast("notice", "memory events readable again: resource notifications resume")
-            for event in batch.events:
-                await self._announce(change_of(event, self.known))
+
+    async def _positioned_again(self) -> None:
+        self._positioned.set()
+        if self._failing:
+            self._failing = False
+            await self.notifier.broadcast("notice", "memory events readable again: resource notifications resume")
 
     async def _failed(self, exc: Exception) -> None:
         if self._failing:
