@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 
 from aiokafka import ConsumerRecord
 
 from epistream.contracts.decoding import decode
-from epistream.contracts.questions import Mode, Question
+from epistream.contracts.questions import Mode, Question, Withdrawal
 from epistream.contracts.replies import Answer, MemoryContext
 from epistream.core import tracing
 from epistream.core.claims import ClaimCheck, header_pairs
 from epistream.core.retry import BLOCKING, retry
-from epistream.errors import PermanentError, is_transient
+from epistream.errors import ContractError, PermanentError, is_transient
 from epistream.messaging.dead_letters import DEFAULT_MAX_REQUEST_SIZE, dead_letter, record_size
 from epistream.messaging.kafka_io import Outgoing, TopicDirectory
 from epistream.messaging.tenant_topics import check_own_reply_topic, tenant_reply_topic
@@ -31,6 +31,7 @@ from .listing import read_listing
 from .packing import render, used_tokens
 from .progress import Steps
 from .read_after import read_after
+from .withdrawals import Withdrawable, Withdrawals, Withdrawn, unless_withdrawn
 
 log = logging.getLogger(__name__)
 
@@ -60,20 +61,46 @@ class Outcome:
     messages: list[Outgoing] = field(default_factory=list)
     answer: Reply | None = None
 
+    def letters_to(self, topic: str) -> Callable[[bytes | None, bytes], Awaitable[None]]:
+        """Where messaging.dead_letters puts a dead letter of this record: among its messages, to `topic`."""
+        async def letter(key: bytes | None, value: bytes) -> None:
+            self.messages.append(Outgoing(topic, key, value))
+        return letter
+
+
+async def withdrawal_outcome(record: ConsumerRecord, withdrawals: Withdrawals, deps: AnswerDeps, *,
+                             claims: ClaimCheck) -> Outcome:
+    """A withdrawal record's outcome (consumers/withdrawals.py): nothing to publish, the question it names
+    told if it is being answered here; a dead letter with the reason when it is no withdrawal, is not
+    proven its tenant's (claims), or is keyed unlike its question (it would not follow it)."""
+    outcome = Outcome()
+    try:
+        withdrawal = decode(record.value, Withdrawal, what="memory.questions withdrawal")
+        claims.verify(withdrawal.tenant, record.value or b"", header_pairs(record.headers))
+        if record.key != withdrawal.question_id.encode():
+            raise ContractError(f"a withdrawal of question {withdrawal.question_id!r} must be keyed by that id "
+                                "(it follows its question in its partition only so)")
+    except Exception as exc:
+        await dead_letter(outcome.letters_to(deps.settings.topic_dlq), deps.metrics, record, stage=STAGE, error=exc)
+        return outcome
+    found = withdrawals.withdraw(record.key, withdrawal.tenant)
+    log.debug("withdrawal of %s: %s", withdrawal.question_id, "told its answer" if found else "already answered")
+    return outcome
+
 
 async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDirectory, *, claims: ClaimCheck,
                      give_up: Callable[[], bool], slot: Slot = no_slot,
-                     progress: Callable[[Outgoing], None] | None = None) -> Outcome | None:
+                     progress: Callable[[Outgoing], None] | None = None,
+                     withdrawable: Withdrawable | None = None) -> Outcome | None:
     """Answer one question record in a `slot` of its lane, its tenant claim verified by `claims`; None only when a transient
     failure was still being retried and ``give_up()`` turned true (stopping, or the partition moved):
     the record stays uncommitted. A question that asked for progress has its steps handed to `progress`
-    (consumers/progress.py), never to the outcome: they are not part of its transaction."""
+    (consumers/progress.py), never to the outcome: they are not part of its transaction. A question its
+    asker withdraws (`withdrawable`, consumers/withdrawals.py) stops being answered and gets a failed
+    reply that says so, with no dead letter (nothing went wrong)."""
     settings = deps.settings
     outcome = Outcome()
-
-    async def letter(key: bytes | None, value: bytes) -> None:
-        outcome.messages.append(Outgoing(settings.topic_dlq, key, value))
-
+    letter = outcome.letters_to(settings.topic_dlq)
     try:
         with tracing.span("decode question") as decoding:
             question = decode(record.value, Question, what="memory.questions event")
@@ -92,6 +119,8 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
     except Exception as exc:  # not a question, not proven its tenant's, or nowhere of its tenant's to reply
         await dead_letter(letter, deps.metrics, record, stage=STAGE, error=exc)
         return outcome
+    if withdrawable is not None:
+        withdrawable.asked_by(question.tenant)
     started = time.perf_counter()
     destination, partition = fallback, None
     steps = Steps.of(question, progress)
@@ -130,7 +159,11 @@ async def outcome_of(record: ConsumerRecord, deps: AnswerDeps, topics: TopicDire
                     record.offset, type(exc).__name__, attempt_no, delay)
 
     try:
-        reply = await retry(attempt, backoff=BLOCKING, on_retry=waiting, stop=give_up)
+        reply = await unless_withdrawn(retry(attempt, backoff=BLOCKING, on_retry=waiting, stop=give_up), withdrawable)
+    except Withdrawn as exc:
+        log.info("question %s withdrawn by its asker: stopped answering it", question.question_id)
+        reply = failed_reply(question, exc, started)
+        deps.metrics.questions_answered.labels(mode_of(reply), "withdrawn").inc()
     except Exception as exc:
         if is_transient(exc):
             return None  # still retryable: only stopping or losing the partition ends the wait

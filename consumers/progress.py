@@ -17,8 +17,9 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaProducer
 
+from epistream.contracts.base import RECORD_HEADER
 from epistream.contracts.questions import Mode, Question
-from epistream.contracts.replies import PROGRESS_RECORD, RECORD_HEADER, Progress, ProgressStep, progress_key
+from epistream.contracts.replies import PROGRESS_RECORD, Progress, ProgressStep, progress_key
 from epistream.messaging.kafka_io import Outgoing, create_producer
 from epistream.settings.processes import Settings
 

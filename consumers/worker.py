@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from epistream.contracts.questions import is_withdrawal
 from epistream.core import tracing
 from epistream.core.claims import ClaimCheck
 from epistream.core.metrics import Metrics
@@ -44,9 +45,10 @@ from .assistants import AssistantPool
 from .commit_window import MAX_SPAN, CommitWindow, decode_done
 from .deps import AnswerDeps
 from .lanes import Lanes
-from .outcome import Outcome, mode_of, outcome_of
+from .outcome import Outcome, mode_of, outcome_of, withdrawal_outcome
 from .progress import ProgressSink
 from .retrieval import from_settings
+from .withdrawals import Withdrawable, Withdrawals
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,7 @@ class OwnedPartition:
     window: CommitWindow[Outcome]
     producer: AIOKafkaProducer
     answering: set[asyncio.Task[None]] = field(default_factory=set)
+    withdrawals: Withdrawals = field(default_factory=Withdrawals)
     publishing: asyncio.Task[None] | None = None
 
 
@@ -144,7 +147,13 @@ class AnswerLoop(ConsumerRebalanceListener):
                 owned.window.seen(record.offset)
                 continue
             owned.window.begin(record.offset)
-            task = asyncio.create_task(self._answer(tp, owned, record), name=f"answer {tp.partition}@{record.offset}")
+            if is_withdrawal(record.headers):  # in order after its question: it stops that question's task
+                self._finish(tp, owned, record.offset, await withdrawal_outcome(record, owned.withdrawals, self.deps,
+                                                                                claims=self.claims))
+                continue
+            withdrawable = owned.withdrawals.open(record.key)
+            task = asyncio.create_task(self._answer(tp, owned, record, withdrawable),
+                                       name=f"answer {tp.partition}@{record.offset}")
             owned.answering.add(task)
             task.add_done_callback(owned.answering.discard)
 
@@ -163,7 +172,15 @@ class AnswerLoop(ConsumerRebalanceListener):
 
     # -- one question: answered in its task, then published with whatever else is ready --
 
-    async def _answer(self, tp: TopicPartition, owned: OwnedPartition, record: ConsumerRecord) -> None:
+    async def _answer(self, tp: TopicPartition, owned: OwnedPartition, record: ConsumerRecord,
+                      withdrawable: Withdrawable) -> None:
+        try:
+            await self._answer_once(tp, owned, record, withdrawable)
+        finally:
+            owned.withdrawals.close(record.key, withdrawable)
+
+    async def _answer_once(self, tp: TopicPartition, owned: OwnedPartition, record: ConsumerRecord,
+                           withdrawable: Withdrawable) -> None:
         try:
             # One record, one process span (the child of the question's send, messaging conventions).
             with tracing.span(f"process {record.topic}", kind="consumer", parent=tracing.extract(record.headers),
@@ -172,7 +189,7 @@ class AnswerLoop(ConsumerRebalanceListener):
                                                            group=self.group)):
                 outcome = await outcome_of(record, self.deps, self.topics, claims=self.claims,
                                            give_up=lambda: not self._still_owns(tp, owned), slot=self.lanes.slot,
-                                           progress=self.progress)
+                                           progress=self.progress, withdrawable=withdrawable)
                 if outcome is not None and outcome.answer is not None:  # in the question's trace (its log line)
                     log.info("answered %s (%s, %.0f ms)", outcome.answer.question_id, mode_of(outcome.answer),
                              outcome.answer.latency_ms)
@@ -183,9 +200,15 @@ class AnswerLoop(ConsumerRebalanceListener):
                 await self._release(tp, cancel_publishing=False)
                 self._back_off(tp, owned.window.start, exc)
             return
-        if outcome is None or not self._still_owns(tp, owned):
+        if outcome is None:
             return  # stopping, or the partition moved on: its next owner answers the question once
-        owned.window.finish(record.offset, outcome)
+        self._finish(tp, owned, record.offset, outcome)
+
+    def _finish(self, tp: TopicPartition, owned: OwnedPartition, offset: int, outcome: Outcome) -> None:
+        """A record's outcome is ready: into the window, published with whatever else is ready."""
+        if not self._still_owns(tp, owned):
+            return  # stopping, or the partition moved on: its next owner handles the record once
+        owned.window.finish(offset, outcome)
         if owned.publishing is None or owned.publishing.done():
             owned.publishing = asyncio.create_task(self._publish(tp, owned), name=f"publish {tp.partition}")
 

@@ -27,7 +27,9 @@ tests/unit/test_errors.py checks this drawing against the classes.
     │   ├── ArgumentError                 an MCP tool's bad argument; also a ValueError [epistream.apps.mcp.arguments]
     │   ├── CursorError                   a forged or damaged MCP events cursor; also a ValueError
     │   │                                 [epistream.apps.mcp.cursor]
-    │   └── TenantAdminError              the broker refused a tenant's login or ACLs [epistream.ops.tenants]
+    │   ├── TenantAdminError              the broker refused a tenant's login or ACLs [epistream.ops.tenants]
+    │   └── Withdrawn                     its asker withdrew the question before it was answered
+    │                                     [epistream.consumers.withdrawals]
     └── ServiceError                      a service could not be started or reached
         └── WaitTimeout                   the stack did not do what was waited for; also a TimeoutError
                                           [epistream.ops.readiness]

@@ -19,9 +19,18 @@ from typing import Self
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import RecordMetadata
 
+from epistream.contracts.base import RECORD_HEADER
 from epistream.contracts.decoding import decode, validated
 from epistream.contracts.positions import Position
-from epistream.contracts.questions import CONTEXT_BUDGET_DEFAULT, ConversationPage, Listing, Mode, Question
+from epistream.contracts.questions import (
+    CONTEXT_BUDGET_DEFAULT,
+    WITHDRAWAL_RECORD,
+    ConversationPage,
+    Listing,
+    Mode,
+    Question,
+    Withdrawal,
+)
 from epistream.contracts.replies import Answer, MemoryContext, Progress, is_progress, progress_key
 from epistream.contracts.turns import ForgetRecord, Turn
 from epistream.core import tracing
@@ -46,6 +55,8 @@ REPLY_FETCH_MIN_BYTES = 1
 #: How long the reader's poll waits when no reply comes (any reply ends it at once).
 READ_POLL_MS = 1_000
 
+#: How long closing waits for the withdrawals of calls cancelled just before.
+WITHDRAW_GRACE_S = 2.0
 #: What the caller may pass as `after`: positions, or produce_turns' map of them.
 After = Iterable[Position] | Mapping[str, Position]
 #: What `ask(on_progress=)` takes: called with each step of answering, in order, before the answer returns.
@@ -133,6 +144,7 @@ class EpistreamClient:
         self._reader: asyncio.Task[None] | None = None
         self._reading: dict[str, int] = {}  # reply topic -> the partition this client reads
         self._starting = asyncio.Lock()  # starting a Kafka client, or adding a reply topic: rare, serialised
+        self._withdrawing: set[asyncio.Future[RecordMetadata]] = set()  # withdrawals being sent
         self._closed = False
 
     async def __aenter__(self) -> Self:
@@ -256,11 +268,34 @@ class EpistreamClient:
             try:
                 return await asyncio.wait_for(waited, timeout_s)
             except TimeoutError:
+                self._withdraw(question, tenant_key)
                 raise ReplyTimeout(f"no reply to {question.question_id} within {timeout_s:.0f}s") from None
+        except asyncio.CancelledError:  # the caller stopped waiting: the worker need not answer any more
+            self._withdraw(question, tenant_key)
+            raise
         finally:
             self._router.discard(key, future)
             if updates is not None:
                 self._router.unlisten(listening, updates)
+
+    def _withdraw(self, question: Question, tenant_key: bytes | None) -> None:
+        """Tell the answer worker that no one waits for `question` any more (a `Withdrawal`, keyed like it,
+        so it follows it: consumers/withdrawals.py), sent in the background, so a call being cancelled
+        need not wait for it. Best effort: a lost withdrawal costs only the work of answering."""
+        producer = self._producer
+        if producer is None or self._closed:
+            return
+        value = Withdrawal(question_id=question.question_id, tenant=question.tenant).to_bytes()
+        sending = asyncio.ensure_future(producer.send_and_wait(
+            self._settings.topic_questions, key=question.question_id.encode(), value=value,
+            headers=claim_headers(self._check, value, tenant_key) + [(RECORD_HEADER, WITHDRAWAL_RECORD)]))
+        self._withdrawing.add(sending)
+        sending.add_done_callback(self._withdrawn)
+
+    def _withdrawn(self, sending: asyncio.Future[RecordMetadata]) -> None:
+        self._withdrawing.discard(sending)
+        if not sending.cancelled() and sending.exception() is not None:
+            log.debug("a withdrawal was not sent: %s", sending.exception())
 
     async def ask(self, question: Question, *, timeout_s: float = 300.0, tenant_key: bytes | None = None,
                   after: After | None = None, on_progress: OnProgress | None = None) -> Answer:
@@ -363,6 +398,8 @@ class EpistreamClient:
             self._reader.cancel()
             await asyncio.gather(self._reader, return_exceptions=True)
         self._router.close("the EpistreamClient was closed")
+        if self._withdrawing:  # withdrawals of calls cancelled just now: a moment to leave before the producer stops
+            await asyncio.wait(set(self._withdrawing), timeout=WITHDRAW_GRACE_S)
         async with self._starting:  # a start under way finishes first, then is stopped with the rest
             for client in (self._producer, self._consumer):
                 if client is not None:

@@ -4,6 +4,7 @@ keep a value storable (identifiers, text, instants, metadata, topic names)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Self
 
@@ -111,3 +112,13 @@ def _not_dots(name: str) -> str:
 
 
 TopicName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$"), AfterValidator(_not_dots)]
+
+
+#: The header that marks a record that is not its topic's own contract: a progress record on a reply topic,
+#: a withdrawal on the questions topic (a reply, a question carry none).
+RECORD_HEADER = "epistream-record"
+
+
+def marked(headers: Iterable[tuple[str, bytes | None]] | None, kind: bytes) -> bool:
+    """Whether a record's headers mark it as a record of `kind` (RECORD_HEADER)."""
+    return any(name == RECORD_HEADER and value == kind for name, value in headers or ())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -15,7 +16,7 @@ from pydantic import (
     model_validator,
 )
 
-from .base import Contract, Identifier, Instant, TopicName, storable_text
+from .base import Contract, Identifier, Instant, TopicName, marked, storable_text
 from .positions import Position
 
 
@@ -121,3 +122,23 @@ class Question(Contract):
             raise ValueError(f"budget_tokens and time_range apply to the {' and '.join(sorted(CONTEXT_MODES))} modes "
                              f"only, not {self.mode.value}")
         return self
+
+
+#: The value of RECORD_HEADER (contracts.base) that marks a withdrawal on `memory.questions`.
+WITHDRAWAL_RECORD = b"withdrawal"
+
+
+def is_withdrawal(headers: Iterable[tuple[str, bytes | None]] | None) -> bool:
+    """Whether a record of `memory.questions` is a withdrawal, from its headers alone."""
+    return marked(headers, WITHDRAWAL_RECORD)
+
+
+class Withdrawal(Contract):
+    """`memory.questions`, keyed like the question it withdraws (its id, so it follows the question in
+    its partition) and marked by RECORD_HEADER: the asker stopped waiting (its call was cancelled or
+    timed out), so the answer worker stops answering it and replies that it was withdrawn. Honoured only
+    for the question's own tenant (signed like a question where claims are checked)."""
+
+    kind: Literal["withdrawal"] = "withdrawal"
+    question_id: Identifier
+    tenant: Identifier

@@ -15,7 +15,7 @@ from pydantic import (
     StringConstraints,
 )
 
-from .base import Contract
+from .base import Contract, marked
 from .questions import Mode, TimeRange
 
 
@@ -151,8 +151,7 @@ class ProgressStep(StrEnum):
     MASTER_CALL = "master_call"
 
 
-#: The header that marks a progress record on a reply topic (a reply has none), and its value.
-RECORD_HEADER = "epistream-record"
+#: The value of RECORD_HEADER that marks a progress record on a reply topic (a reply has none).
 PROGRESS_RECORD = b"progress"
 #: Ends a progress record's key: no question id holds a NUL, so no reply's key is ever a progress key.
 PROGRESS_KEY_SUFFIX = b"\x00progress"
@@ -166,7 +165,7 @@ def progress_key(question_id: str) -> bytes:
 
 def is_progress(headers: Iterable[tuple[str, bytes | None]] | None) -> bool:
     """Whether a reply topic's record is a progress record, from its headers alone."""
-    return any(name == RECORD_HEADER and value == PROGRESS_RECORD for name, value in headers or ())
+    return marked(headers, PROGRESS_RECORD)
 
 
 class Progress(Contract):

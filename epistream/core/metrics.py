@@ -144,7 +144,7 @@ class Metrics:
             ),
             questions_answered=Counter(
                 "epistream_answer_questions_total",
-                "Questions answered by mode and outcome (answered, abstained, failed).",
+                "Questions answered by mode and outcome (answered, abstained, failed, withdrawn).",
                 ["mode", "outcome"],
                 registry=reg,
             ),

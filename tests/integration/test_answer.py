@@ -11,9 +11,11 @@ import pytest
 
 from epistream.client.api import ask
 from epistream.consumers.retrieval import FUSED_TURNS, search_turns
+from epistream.contracts.base import RECORD_HEADER
 from epistream.contracts.dead_letters import DeadLetter
-from epistream.contracts.questions import Mode, Question
+from epistream.contracts.questions import WITHDRAWAL_RECORD, Mode, Question, Withdrawal
 from epistream.contracts.replies import Answer
+from epistream.messaging.kafka_io import create_producer
 from epistream.models.embeddings import Embedder
 from epistream.storage.db import create_pool, tenant_scope
 
@@ -108,6 +110,31 @@ def test_malformed_question_is_dead_lettered_and_later_questions_are_answered(st
     follow_up = Question(question_id=f"q-{uuid.uuid4()}", tenant=unique("t"), question="Anything?", mode=Mode.FAST)
     assert isinstance(asyncio.run(ask(stack, follow_up, timeout_s=120)), Answer)
 
+
+
+def test_a_withdrawal_keyed_unlike_its_question_or_no_withdrawal_at_all_is_dead_lettered(stack, unique):
+    """A record marked as a withdrawal must be one, keyed by the question it names (so it follows it);
+    otherwise it is dead-lettered with the reason, and questions after it are answered."""
+    named, wrong_key, junk_key = (unique(p).encode() for p in ("q-named", "q-other", "q-junk"))
+    withdrawal = Withdrawal(question_id=named.decode(), tenant=unique("t")).to_bytes()
+    marked = [(RECORD_HEADER, WITHDRAWAL_RECORD)]
+
+    async def send() -> None:
+        producer = create_producer(stack)
+        await producer.start()
+        try:
+            await producer.send_and_wait(stack.topic_questions, key=wrong_key, value=withdrawal, headers=marked)
+            await producer.send_and_wait(stack.topic_questions, key=junk_key, value=b'{"kind": "no"}', headers=marked)
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
+    letters = {r.key: DeadLetter.model_validate_json(r.value) for r in asyncio.run(read_topic(
+        stack, stack.topic_dlq, lambda k, v: k in (wrong_key, junk_key), want=2))}
+    assert "must be keyed by that id" in letters[wrong_key].error_message
+    assert "withdrawal" in letters[junk_key].error_message and letters[junk_key].stage == "answer"
+    follow_up = Question(question_id=f"q-{uuid.uuid4()}", tenant=unique("t"), question="Anything?", mode=Mode.FAST)
+    assert isinstance(asyncio.run(ask(stack, follow_up, timeout_s=120)), Answer)
 
 
 @pytest.mark.parametrize("mode", [Mode.DEEP, Mode.AGENTIC])

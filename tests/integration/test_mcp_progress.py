@@ -6,7 +6,7 @@ A deep ask with a progress callback gets a notification for each step (the mode,
 assistant read, the master's call), values 1, 2, ..., before its result; an ask without a token gets
 its answer as before and the worker sends no progress record for it; with tenant claims checked the
 progress comes on the tenant's own reply topic; a cancelled ask ends at once, the server says so with
-nothing left waiting, and keeps answering."""
+nothing left waiting, the worker stops answering it (the client withdrew it), and the server keeps answering."""
 
 from __future__ import annotations
 
@@ -175,7 +175,13 @@ def test_a_cancelled_ask_ends_at_once_and_the_server_stops_waiting(memory, tmp_p
                 async def said_so() -> bool:
                     return "cancelled by its client" in errlog.read_text()
                 await _until(said_so, what="the server logs the cancellation")
-                models.release.set()  # the worker answers the cancelled question; its reply finds no one waiting
+                # The client withdrew the question: the worker stops answering it while its master still holds
+                # (never released yet), and replies that it was withdrawn, so its partition's commit moves on.
+                withdrawn = await read_topic(deployment.settings, deployment.settings.topic_answers,
+                                             lambda k, v: b"withdrawn by its asker" in (v or b""), timeout=30)
+                assert len(withdrawn) == 1 and not models.release.is_set()
+                assert Answer.from_bytes(withdrawn[0].value).error.startswith("Withdrawn: withdrawn by its asker")
+                models.release.set()
                 after = await _ok(client, "ask", _question(conversation, "Where does Ines keep her tortoise?", "fast"))
                 assert after["answer"] == ANSWER
                 return ended_in

@@ -15,11 +15,11 @@ from epistream.apps.mcp import progress as mcp_progress
 from epistream.client.replies import PROGRESS_BACKLOG, ReplyRouter, reply_with_progress
 from epistream.client.session import _decoded
 from epistream.consumers.progress import Steps
+from epistream.contracts.base import RECORD_HEADER
 from epistream.contracts.decoding import decode
 from epistream.contracts.questions import Mode, Question
 from epistream.contracts.replies import (
     PROGRESS_RECORD,
-    RECORD_HEADER,
     Answer,
     MemoryContext,
     Progress,
