@@ -14,7 +14,7 @@ from epistream.consumers.retrieval import FUSED_TURNS, search_turns
 from epistream.contracts.base import RECORD_HEADER
 from epistream.contracts.dead_letters import DeadLetter
 from epistream.contracts.questions import WITHDRAWAL_RECORD, Mode, Question, Withdrawal
-from epistream.contracts.replies import Answer
+from epistream.contracts.replies import Answer, Progress, ProgressStep
 from epistream.messaging.kafka_io import create_producer
 from epistream.models.embeddings import Embedder
 from epistream.storage.db import create_pool, tenant_scope
@@ -144,10 +144,27 @@ def test_deep_and_agentic_questions_through_kafka_with_the_local_model(stack, tw
         question_id=f"q-{uuid.uuid4()}", tenant=tenant, question="Who started violin lessons at the conservatory?",
         conversation_ids=[asked], asked_at=datetime(2024, 6, 1, tzinfo=UTC), mode=mode,
     )
-    answer = asyncio.run(ask(stack, question, timeout_s=300))
+    steps: list[Progress] = []
+
+    async def on_progress(step: Progress) -> None:
+        steps.append(step)
+
+    answer = asyncio.run(ask(stack, question, timeout_s=300, on_progress=on_progress))
     assert answer.mode is mode and answer.error is None, answer.error
     assert answer.tokens["master"].calls >= 1 or answer.abstained
     if mode is Mode.DEEP:
         assert answer.tokens["assistant"].calls >= 1, "the open segment was read by an assistant"
+    # The steps the worker took, as it took them (what an MCP client's progress notifications say).
+    assert [s.seq for s in steps] == list(range(1, len(steps) + 1)) and {s.mode for s in steps} == {mode}
+    kinds = [s.step for s in steps]
+    assert kinds[0] is ProgressStep.MODE
+    if mode is Mode.AGENTIC:  # each tool the model chose, numbered; the loop ends with output_answer or the cap
+        calls = [s for s in steps if s.step is ProgressStep.TOOL_CALL]
+        assert [s.done for s in calls] == list(range(1, len(calls) + 1)) and calls, kinds
+        assert all(s.tool and s.total == stack.agentic_max_steps for s in calls)
+    else:
+        assert kinds[1] is ProgressStep.RETRIEVED, kinds
+        assert (kinds[-1] is ProgressStep.MASTER_CALL) == (answer.tokens["master"].calls >= 1), (kinds, answer)
+        assert kinds.count(ProgressStep.ASSISTANT_READ) == answer.tokens["assistant"].calls
     for ev in answer.evidence:
         assert ev.conversation_id == asked
