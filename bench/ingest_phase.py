@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import statistics
 from argparse import Namespace
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -124,6 +126,40 @@ def build_result(
     }
 
 
+@dataclass(frozen=True)
+class Round:
+    """One round: the whole workload ingested end to end, then the embedder alone on the same texts."""
+
+    ingest: IngestFigures
+    embed: Timed
+
+    @property
+    def ratio(self) -> float:
+        return self.ingest.turns_per_s / self.embed.per_s
+
+    def summary(self) -> dict[str, Any]:
+        per_cpu = _per_cpu_second(self.ingest, self.embed)
+        return {"ingest_turns_per_s": round(self.ingest.turns_per_s, 2),
+                "embedding_sentences_per_s": round(self.embed.per_s, 2),
+                "ingest_over_embedding": round(self.ratio, 4),
+                "per_cpu_ingest_over_embedding": per_cpu["ingest_over_embedding"] if per_cpu else None}
+
+
+def spread(rounds: list[Round]) -> dict[str, Any]:
+    """The rounds' ratios and rates: each round's, and their least, median and greatest."""
+    def stats(values: list[float]) -> dict[str, float]:
+        return {"min": round(min(values), 4), "median": round(statistics.median(values), 4),
+                "max": round(max(values), 4)}
+    return {"ingest_over_embedding": stats([r.ratio for r in rounds]),
+            "ingest_turns_per_s": stats([r.ingest.turns_per_s for r in rounds]),
+            "embedding_sentences_per_s": stats([r.embed.per_s for r in rounds])}
+
+
+def median_round(rounds: list[Round]) -> Round:
+    """The round whose ratio is the median (the lower middle of an even count): the headline figures."""
+    return sorted(rounds, key=lambda r: r.ratio)[(len(rounds) - 1) // 2]
+
+
 def run_ingest(settings: Settings, url: str, run_id: str, args: Namespace) -> dict[str, Any]:
     limit = args.turns if args.turns is not None else (QUICK_TURNS if args.quick else None)
     worker_started, stale = stale_worker_sources(settings, ROOT)
@@ -131,30 +167,34 @@ def run_ingest(settings: Settings, url: str, run_id: str, args: Namespace) -> di
         shown = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")
         print(f"  note: the ingest worker (started {worker_started:%H:%M:%S}) predates changes to {shown};")
         print("        `epistream down && epistream up` restarts it on the current code")
-    source = load_workload(run_id=run_id, limit=limit)
     partitions = asyncio.run(topic_partitions(settings))
-    layout = segment_free(
-        source.turns, partitions=partitions, max_tokens=int(worker_setting(settings, "segment_max_tokens") or 4096)
-    )
-    workload = Workload(source.source, source.tenant, layout.turns)
-    warmup = _warmup_records(layout, run_id, partitions)
-    tenants = [workload.tenant, f"bench-{run_id}-warmup"]
-    print(f"\ningest: {len(workload.turns)} {workload.source} turns in {layout.parts} segment-free conversation parts, "
-          f"tenant {workload.tenant}")
+    max_tokens = int(worker_setting(settings, "segment_max_tokens") or 4096)
+    # Each round its own tenant and conversation ids, so every row of every round is an insert.
+    sources = [load_workload(run_id=f"{run_id}-r{n}", limit=limit) for n in range(1, args.rounds + 1)]
+    layouts = [segment_free(source.turns, partitions=partitions, max_tokens=max_tokens) for source in sources]
+    workloads = [Workload(source.source, source.tenant, layout.turns)
+                 for source, layout in zip(sources, layouts, strict=True)]
+    warmup = _warmup_records(layouts[0], run_id, partitions)
+    tenants = [w.tenant for w in workloads] + [f"bench-{run_id}-warmup"]
+    print(f"\ningest: {len(workloads[0].turns)} {sources[0].source} turns in {layouts[0].parts} segment-free conversation "
+          f"parts, {args.rounds} rounds of ingest then the embedder alone, interleaved")
+    rounds: list[Round] = []
     try:
         print(f"warm-up: {len(warmup)} turns through the worker")
         warmed = warm_up(settings, url, warmup)
         print(f"  done in {warmed.seconds:.1f}s, latency p50 {warmed.latency_p50_s:.2f}s")
-        print("1/3 ingest end to end")
-        ingest = measure_ingest(settings, url, workload.tenant, layout.records)
-        print(f"  {ingest.turns_per_s:.1f} turns/s ({ingest.wall_s:.1f}s)")
-        # After the ingest run: the embedder would otherwise fight the worker for the cores.
-        print("2/3 embedding model alone")
-        # What the worker embeds ([time] speaker: text), not the bare text: the same work on both sides.
-        embed, vectors = measure_embedding(settings, _embedded_texts(workload))
-        print(f"  {embed.per_s:.1f} sentences/s ({embed.seconds:.1f}s)")
-        print("3/3 plain COPY")
-        copy = measure_copy(url, workload.turns, vectors, run_id=run_id)
+        for n, (workload, layout) in enumerate(zip(workloads, layouts, strict=True), start=1):
+            print(f"round {n}/{args.rounds}: ingest end to end (tenant {workload.tenant})")
+            ingest = measure_ingest(settings, url, workload.tenant, layout.records)
+            print(f"  {ingest.turns_per_s:.1f} turns/s ({ingest.wall_s:.1f}s)")
+            # After the ingest run: the embedder would otherwise fight the worker for the cores. What the
+            # worker embeds ([time] speaker: text), not the bare text: the same work on both sides.
+            embed, vectors = measure_embedding(settings, _embedded_texts(workload))
+            rounds.append(Round(ingest, embed))
+            print(f"  embedding model alone: {embed.per_s:.1f} sentences/s ({embed.seconds:.1f}s); "
+                  f"ratio {rounds[-1].ratio:.2f}")
+        print("plain COPY")
+        copy = measure_copy(url, workloads[-1].turns, vectors, run_id=run_id)
         print(f"  temp table: {copy.per_s:.0f} rows/s ({copy.seconds:.2f}s)")
     finally:
         cleanup: dict[str, Any] = {"kept": args.keep}
@@ -162,9 +202,18 @@ def run_ingest(settings: Settings, url: str, run_id: str, args: Namespace) -> di
             cleanup["removed"] = forget_tenants(url, tenants)
             print(f"removed the ingest run's rows ({cleanup['removed'].get('turns', 0)} turns)")
 
-    result = build_result(workload, settings, ingest, embed, copy, warmed)
+    middle = median_round(rounds)
+    workload = workloads[rounds.index(middle)]
+    result = build_result(workload, settings, middle.ingest, middle.embed, copy, warmed)
+    result["rounds"] = {
+        "count": len(rounds),
+        "each": [r.summary() for r in rounds],
+        "spread": spread(rounds),
+        "note": "each round ingests the whole workload under a tenant of its own, then runs the embedder alone "
+        "on the same texts; the headline figures are the round with the median ratio",
+    }
     result["layout"] = {
-        "conversation_parts": layout.parts,
+        "conversation_parts": layouts[0].parts,
         "note": "segment-free: no session ids, 1 s between turns, conversations split under the token budget, "
         "parts spread over the partitions and advancing together, tenant sealed right after the run; "
         "texts, speakers and turn ids as in LoCoMo, so embedding and storage work are unchanged",
@@ -178,7 +227,7 @@ def run_ingest(settings: Settings, url: str, run_id: str, args: Namespace) -> di
     if result["worker_breakdown"]:
         b = result["worker_breakdown"]
         print(
-            f"\nworker time: {b['batches']} batches of ~{b['mean_batch_turns']} turns; "
+            f"\nworker time (median round): {b['batches']} batches of ~{b['mean_batch_turns']} turns; "
             f"embed {b['embed_s']}s, store {b['store_s']}s, outside batches {b['outside_batches_s']}s "
             f"of {result['seconds']['ingest_wall']}s wall"
         )
@@ -238,6 +287,7 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         *_breakdown_line(result.get("worker_breakdown"), result["seconds"]["ingest_wall"]),
         *_per_cpu_line(result.get("per_cpu_second")),
+        *_rounds_line(result.get("rounds")),
         f"Ratios: ingest/embedding {r['ingest_over_embedding']:.2f}, ingest/COPY {r['ingest_over_copy']:.3f}, "
         f"embedding/COPY {r['embedding_over_copy']:.3f}.",
     ]
@@ -265,3 +315,12 @@ def _per_cpu_line(per_cpu: dict[str, float] | None) -> list[str]:
         f"{per_cpu['embedding_sentences']:.1f} sentences (ratio {per_cpu['ingest_over_embedding']:.2f}).",
         "",
     ]
+
+
+def _rounds_line(rounds: dict[str, Any] | None) -> list[str]:
+    if not rounds:
+        return []
+    ratio = rounds["spread"]["ingest_over_embedding"]
+    each = ", ".join(f"{r['ingest_over_embedding']:.2f}" for r in rounds["each"])
+    return [f"Over {rounds['count']} interleaved rounds, ingest/embedding {each} (median {ratio['median']:.2f}, "
+            f"{ratio['min']:.2f}-{ratio['max']:.2f}); the figures above are the median round's.", ""]

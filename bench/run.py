@@ -43,6 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--results", type=Path, default=RESULTS, help="where the JSON and PNG files go")
     ingest = p.add_argument_group("ingest")
     ingest.add_argument("--turns", type=int, help="cap the number of turns (default: the whole LoCoMo dev split)")
+    ingest.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds of ingest then the embedder alone (default 3; the median round's "
+                        "figures are reported, with the spread)")
     enrich = p.add_argument_group("enrichment")
     enrich.add_argument("--rate", type=float, default=20.0, help="turns per second streamed (default 20)")
     enrich.add_argument("--conversations", type=int, help="first N conversations (default: all, or 2 with --quick)")
@@ -58,6 +61,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.turns is not None and args.turns < 1:
         p.error("--turns must be at least 1")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     if args.rate <= 0:
         p.error("--rate must be positive")
     return args
