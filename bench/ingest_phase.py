@@ -19,7 +19,8 @@ from . import report
 from .cleanup import forget_tenants
 from .ingest import IngestFigures, Timed, WarmUp, measure_copy, measure_embedding, measure_ingest, warm_up
 from .produce import Record, topic_partitions
-from .stack import stale_worker_sources, worker_setting
+from .stack import CpuSnapshot, cpu_report, stale_worker_sources, worker_setting
+from .store_state import segments_awaiting_enrichment
 from .workload import IngestLayout, Workload, load_workload, segment_free
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,7 +179,12 @@ def run_ingest(settings: Settings, url: str, run_id: str, args: Namespace) -> di
     tenants = [w.tenant for w in workloads] + [f"bench-{run_id}-warmup"]
     print(f"\ningest: {len(workloads[0].turns)} {sources[0].source} turns in {layouts[0].parts} segment-free conversation "
           f"parts, {args.rounds} rounds of ingest then the embedder alone, interleaved")
+    awaiting = segments_awaiting_enrichment(url)
+    if awaiting:
+        print(f"  warning: {awaiting} segment(s) of this stack await enrichment: the model server will take cores "
+              "from the figures below (the JSON's `alone` says so)")
     rounds: list[Round] = []
+    started = CpuSnapshot.take()
     try:
         print(f"warm-up: {len(warmup)} turns through the worker")
         warmed = warm_up(settings, url, warmup)
@@ -193,6 +199,7 @@ def run_ingest(settings: Settings, url: str, run_id: str, args: Namespace) -> di
             rounds.append(Round(ingest, embed))
             print(f"  embedding model alone: {embed.per_s:.1f} sentences/s ({embed.seconds:.1f}s); "
                   f"ratio {rounds[-1].ratio:.2f}")
+        cpu = cpu_report(settings, started, CpuSnapshot.take())
         print("plain COPY")
         copy = measure_copy(url, workloads[-1].turns, vectors, run_id=run_id)
         print(f"  temp table: {copy.per_s:.0f} rows/s ({copy.seconds:.2f}s)")
@@ -212,6 +219,8 @@ def run_ingest(settings: Settings, url: str, run_id: str, args: Namespace) -> di
         "note": "each round ingests the whole workload under a tenant of its own, then runs the embedder alone "
         "on the same texts; the headline figures are the round with the median ratio",
     }
+    # Whether the rounds had the machine to themselves: what else ran is in `cpu.top_processes`.
+    result["alone"] = {"segments_awaiting_enrichment_at_start": awaiting, "cpu": cpu}
     result["layout"] = {
         "conversation_parts": layouts[0].parts,
         "note": "segment-free: no session ids, 1 s between turns, conversations split under the token budget, "

@@ -87,3 +87,11 @@ def wait_for_enrichment(url: str, tenant: str, *, expected_turns: int = 0, timeo
         return poll(lambda: store_state(conn, tenant), lambda s: s.enrichment_finished(expected_turns),
                     what=f"the segments of {tenant} to be enriched", timeout_s=timeout_s, stall_s=stall_s,
                     interval_s=interval_s, progress=StoreState.progress, on_poll=on_poll)
+
+
+def segments_awaiting_enrichment(url: str) -> int:
+    """Segments of any tenant the enrich worker has still to enrich: while there are some, the model server
+    takes the cores a benchmark of something else would need."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM memory.segments WHERE status NOT IN ('enriched', 'failed')").fetchone()
+    return int(row[0]) if row else 0
