@@ -58,6 +58,8 @@ DEFAULT_OUT = ROOT / "bench" / "results" / "budget-recall.json"
 # Issue 12's split of the dev conversations: choices are picked on the first, figures reported on the second.
 SPLITS = {"pick": ("conv-26", "conv-30", "conv-41"), "report": ("conv-42", "conv-43")}
 TENANT = "budget-eval"
+#: The ranker trained with the self-statement features too (issue 41 item 3's ablation).
+SELF_RANKER = ROOT / "bench" / "results" / "context-ranker-self.json"
 
 
 def split_samples(samples: list[LocomoSample], split: str) -> list[LocomoSample]:
@@ -93,6 +95,33 @@ def questions_with_evidence(samples: list[LocomoSample]):  # type: ignore[no-unt
                 yield sample, number, qa
 
 
+def embedded(settings: Settings, samples: list[LocomoSample]):  # type: ignore[no-untyped-def]
+    """The project's embedder, the conversations with their embeddings and the questions with theirs (kept
+    on disk under the state directory: a rerun does not embed again)."""
+    from epistream.models.embeddings import Embedder
+
+    embedder = Embedder.from_settings(settings)
+    model_key = f"{embedder.name}:{settings.embedding_model_path}:{settings.embedding_max_tokens}"
+    embed = DiskCachedEmbed(embedder.embed, settings.state_dir / "cache", model_key)
+    embed_questions = DiskCachedEmbed(lambda texts: embedder.embed(texts, kind="query"), settings.state_dir / "cache",
+                                      f"{model_key}:query")
+    conversations = build_conversations({s.conversation_id: s.turns for s in samples}, embed)
+    questions = [qa.question for _, _, qa in questions_with_evidence(samples)]
+    return embedder, conversations, queries_of(samples, embed_questions(questions))
+
+
+async def stored(settings: Settings, samples: list[LocomoSample], conversations):  # type: ignore[no-untyped-def]
+    """A database of the run's own with the samples' turns stored by the ingest worker's code, unenriched."""
+    from .budget_systems import CachedEmbedder, Memory
+
+    memory = await Memory.create(settings, TENANT)
+    turns = [t for s in samples for t in s.turns]
+    # memory.turns embeds the dated text (epistream.models.embeddings.turn_embedding_text), as dense_dated does.
+    cached = CachedEmbedder([dated_text(t) for t in turns], [v for c in conversations.values() for v in c.dated])
+    await memory.store(turns, cached)
+    return memory
+
+
 async def score(systems: list[System], queries: list[Query], budgets: tuple[int, ...] = BUDGETS
                 ) -> list[dict[str, Any]]:
     """Per question, per system, per budget: verbatim recall, recall with sources, tokens used."""
@@ -115,24 +144,15 @@ async def score(systems: list[System], queries: list[Query], budgets: tuple[int,
 
 
 async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
-    from epistream.models.embeddings import Embedder
-
     tenant = args.enriched or TENANT
     # bench.locomo_eval stores a file's conversations under ids prefixed with its tenant.
     prefix = f"{tenant}-" if args.enriched else ""
     loaded = load_locomo(args.path, tenant=tenant, conversation_prefix=prefix)
     samples = (split_samples(loaded, args.split) if args.conversations is None
                else chosen(loaded, [c.strip() for c in args.conversations.split(",") if c.strip()], "--conversations"))
-    embedder = Embedder.from_settings(settings)
-    model_key = f"{embedder.name}:{settings.embedding_model_path}:{settings.embedding_max_tokens}"
-    embed = DiskCachedEmbed(embedder.embed, settings.state_dir / "cache", model_key)
-    embed_questions = DiskCachedEmbed(lambda texts: embedder.embed(texts, kind="query"), settings.state_dir / "cache",
-                                      f"{model_key}:query")
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    conversations = build_conversations({s.conversation_id: s.turns for s in samples}, embed)
-    questions = [qa.question for _, _, qa in questions_with_evidence(samples)]
-    queries = queries_of(samples, embed_questions(questions))
+    embedder, conversations, queries = embedded(settings, samples)
     timings["embed_s"] = round(time.perf_counter() - started, 1)
     print(f"{len(queries)} questions with evidence over {sum(len(s.turns) for s in samples)} turns of "
           f"{len(samples)} conversations ({timings['embed_s']}s to embed)", flush=True)
@@ -147,18 +167,14 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
         if not args.offline:
             from epistream.consumers.retrieval import from_settings
 
-            from .budget_systems import CachedEmbedder, Memory
+            from .budget_systems import Memory
 
             started = time.perf_counter()
             turns = [t for s in samples for t in s.turns]
             if args.enriched:
                 memory = await Memory.attach(settings, tenant)
             else:
-                memory = await Memory.create(settings, TENANT)
-                # memory.turns embeds the dated text (epistream.models.embeddings.turn_embedding_text), as dense_dated does.
-                cached = CachedEmbedder([dated_text(t) for t in turns],
-                                        [v for c in conversations.values() for v in c.dated])  # type: ignore[arg-type]
-                await memory.store(turns, cached)
+                memory = await stored(settings, samples, conversations)
             result["store"] = {table: await memory.count(table) for table in ("turns", "segments", "gists", "facts")}
             result["enriched"] = args.enriched
             timings["store_s"] = round(time.perf_counter() - started, 1)
@@ -204,7 +220,7 @@ def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no
     left with their switches: docs/experiments.md.) Over an enriched memory, also the read without each
     of what enrichment adds (gists, facts, the gists' source turns), with none of it, with gists and
     facts ranked by their own score among the turns (the default ranks them after), and with the source turns of the best facts (entity links)."""
-    from epistream.consumers.retrieval import Neighbours, Sources, Structured
+    from epistream.consumers.retrieval import LinearRanker, Neighbours, Sources, Structured
 
     memo = MemoEmbedder(embedder)
     no_speakers = replace(recipes, turns=replace(recipes.turns, speaker_bonus=0.0))
@@ -223,7 +239,11 @@ def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no
                     read=replace(read, structured=Structured(weight=1.0))),
         ContextRead(memory, recipes, memo, name="context_fact_sources", read=replace(read, sources=Sources(facts=5))),
     ] if enriched else []
-    return [ContextRead(memory, recipes, memo), *enrichment,
+    rankers = [ContextRead(memory, recipes, memo, name="context_no_ranker", read=replace(read, ranker=None))]
+    if SELF_RANKER.exists():  # python -m bench.train_ranker --without '' --out bench/results/context-ranker-self.json
+        rankers.append(ContextRead(memory, recipes, memo, name="context_ranker_self",
+                                   read=replace(read, ranker=LinearRanker.load(SELF_RANKER))))
+    return [ContextRead(memory, recipes, memo), *rankers, *enrichment,
             ContextRead(memory, recipes, memo, name="context_no_neighbours",
                         read=replace(read, neighbours=Neighbours(seeds=0))),
             ContextRead(memory, no_speakers, memo, name="context_no_speakers"),

@@ -46,9 +46,11 @@ from .packing import (
     turn_candidate,
     with_dates,
 )
+from .ranking import Asked, reorder
 from .retrieval import (
     PERIOD_BOOST,
     ContextRecipe,
+    LinearRanker,
     NamedFact,
     NearGist,
     NeighbourTurn,
@@ -159,8 +161,22 @@ async def _period_reads(conn: AsyncConnection, found: FoundTurns, question: Ques
     return turns, gist_rows, fact_rows
 
 
-async def _candidates(deps: ContextDeps, question: Question, *, when: QuestionTime, budget_tokens: int,
-                      read: ContextRecipe) -> list[Candidate]:
+@dataclass(frozen=True)
+class Gathered:
+    """Every candidate the read found (ranked by their pathways' scores, not yet deduplicated), and what
+    the learned ranker reads of the question."""
+
+    candidates: list[Candidate]
+    asked: Asked
+
+    def ranked(self, ranker: LinearRanker | None) -> list[Candidate]:
+        """Deduplicated, best first: by the pathways' fused scores, then by the ranker when there is one."""
+        ranked = rank(self.candidates)
+        return ranked if ranker is None else reorder(ranker, ranked, self.asked)
+
+
+async def gather(deps: ContextDeps, question: Question, *, when: QuestionTime, budget_tokens: int,
+                 read: ContextRecipe) -> Gathered:
     neighbours, sources, structured, boost = read.neighbours, read.sources, read.structured, read.period_boost
     recipe, gists, facts = read.candidate_counts(budget_tokens, deps.recipes.turns)
     gists = gists if structured.gists or sources.gists else 0  # sources need their gists, shown or not
@@ -204,7 +220,7 @@ async def _candidates(deps: ContextDeps, question: Question, *, when: QuestionTi
                   + [derived(s, origins[s.seed - 1], source_candidate, sources.share, when, about) for s in sourced]
                   + [weighted(g, structured.weight) for g in (gists_found if structured.gists else [])]
                   + [weighted(f, structured.weight) for f in (facts_found if structured.facts else [])])
-    return [f.ranked for f in everything]
+    return Gathered([f.ranked for f in everything], Asked.of(question.question, found.search_text, found.speakers))
 
 
 async def build_context(question: Question, deps: ContextDeps, recipe: ContextRecipe, *,
@@ -216,10 +232,11 @@ async def build_context(question: Question, deps: ContextDeps, recipe: ContextRe
     started = time.perf_counter()
     budget = check_budget(question.budget_tokens or budget_tokens)
     when = when or QuestionTime.of(question)
-    candidates: list[Candidate] = []
+    ranked: list[Candidate] = []
     if not when.asked.empty:
-        candidates = await _candidates(deps, question, when=when, budget_tokens=budget, read=recipe)
-    packed = pack(rank(candidates), budget)
+        gathered = await gather(deps, question, when=when, budget_tokens=budget, read=recipe)
+        ranked = gathered.ranked(recipe.ranker)
+    packed = pack(ranked, budget)
     return MemoryContext(
         question_id=question.question_id, tenant=question.tenant, asked_at=when.asked_at, items=packed.items,
         text=packed.text, budget_tokens=budget, used_tokens=packed.used_tokens, time_range=question.time_range,

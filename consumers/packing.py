@@ -213,7 +213,10 @@ def with_dates(candidate: Candidate) -> Candidate:
 def neighbour_candidate(turn: RetrievedTurn, seed: Candidate, seed_rank: int, share: float) -> Candidate:
     """A turn beside a strong hit, ranked just below it (``share`` of its score): the answer to a
     question, or the follow-up of a statement, is often the next turn and shares none of its words."""
-    return _derived(turn, seed, share, "neighbour_of", seed_rank)
+    found = _derived(turn, seed, share, "neighbour_of", seed_rank)
+    # Which side of its seed it is on (the learned ranker reads it: an answer follows its question).
+    return replace(found, fields={**found.fields, "scores": {**found.fields["scores"],
+                                                              "after_seed": float(turn.ts > seed.time)}})
 
 
 def source_candidate(turn: RetrievedTurn, origin: Candidate, origin_rank: int, share: float) -> Candidate:

@@ -15,6 +15,8 @@ tests/unit/test_errors.py checks this drawing against the classes.
     │   │   └── ListingRefused            a listing the tenant may not make [epistream.consumers.listing]
     │   ├── ModelOutputError              the model's output failed its JSON schema after retries
     │   ├── SettingsError                 a setting that does not validate; also a ValueError
+    │   │   └── RankerFileError           a context ranker file that cannot be used
+    │   │                                 [epistream.consumers.retrieval.ranker]
     │   ├── ClaimRejected                 a tenant claim its sender may not make [epistream.core.claims]
     │   ├── ForeignReplyTopic             a reply topic not the tenant's [epistream.messaging.tenant_topics]
     │   ├── UnknownReplyTopic             a reply topic that does not exist [epistream.consumers.outcome]

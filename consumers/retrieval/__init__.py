@@ -6,6 +6,7 @@
 - ``recipes``: retrieval as data: which pathways run, their candidate pools, the
   fusion and top_k, deep mode's reading windows, the context read's tuning, as frozen
   recipes; the named ones; ``from_settings``.
+- ``ranker``: the context read's learned ranker as data (a logistic regression over named features), pure.
 - ``fusion``: the router's score fusion (weighted min-max, reciprocal rank), pure.
 - ``turns``: fused turn search (fast mode) and a conversation's turns by id.
 - ``segments``: the router's pathways (summary, dense, lexical), open segments,
@@ -22,6 +23,7 @@ answer side uses; the SQL's pieces (fragments, seeds, execute) are imported from
 """
 
 from .fusion import fuse, reciprocal_rank
+from .ranker import FEATURES, LinearRanker, RankerFileError
 from .recipes import (
     CONTEXT_READ,
     DENSE_TURNS,
@@ -49,6 +51,8 @@ __all__ = [
     # reads and their rows
     "Fact", "Gist", "GistRow", "NamedFact", "NearGist", "NeighbourTurn", "RetrievedTurn", "StatedFact", "TurnRow", "facts_named",
     "load_turns", "nearest_gists", "neighbour_turns", "search_turns", "turns_at",
+    # the context read's learned ranker (its features: consumers/ranking.py)
+    "FEATURES", "LinearRanker", "RankerFileError",
     # the router's pathways and fusion
     "OPEN_SUFFIX", "fuse", "reciprocal_rank", "route_params", "score_segments", "segment_turn_ids",
 ]

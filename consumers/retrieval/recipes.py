@@ -15,6 +15,7 @@ from typing import Literal, get_args
 from epistream.settings.processes import Settings
 
 from .fragments import TextSearchConfig
+from .ranker import LinearRanker, RankerFileError
 
 SegmentPathway = Literal["summary", "dense", "lexical"]
 TurnPathway = Literal["dense", "lexical"]
@@ -176,6 +177,9 @@ class ContextRecipe:
     tokens_per_structured: int = 100
     gist_candidates: tuple[int, int] = (5, 100)
     fact_candidates: tuple[int, int] = (10, 100)
+    #: The learned ranker that reorders the candidates before packing (consumers/ranking.py); None: the
+    #: pathways' fused scores alone (EPISTREAM_CONTEXT_RANKER).
+    ranker: LinearRanker | None = None
 
     def candidate_counts(self, budget_tokens: int, turns: TurnRecipe) -> tuple[TurnRecipe, int, int]:
         """The turn recipe deep enough for the budget, and how many gists and facts to read."""
@@ -211,5 +215,16 @@ def from_settings(settings: Settings) -> Recipes:
                       match_cap=settings.lexical_match_cap),
         windows=replace(DEEP_WINDOWS, reads=settings.deep_reads, each_side=settings.deep_window_turns,
                         windows=settings.deep_windows, budget_tokens=settings.deep_read_tokens),
-        context=CONTEXT_READ,  # no setting tunes it: bench.budget_recall measures its variants
+        context=replace(CONTEXT_READ, ranker=context_ranker(settings)),  # else bench.budget_recall's variants
     )
+
+
+def context_ranker(settings: Settings) -> LinearRanker | None:
+    """The ranker EPISTREAM_CONTEXT_RANKER names (its file checked when the settings were read), loaded."""
+    path = settings.context_ranker_path
+    if path is None:
+        return None
+    try:
+        return LinearRanker.load(path)
+    except RankerFileError as exc:
+        raise RankerFileError(f"EPISTREAM_CONTEXT_RANKER: {exc}") from None

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode
 
 from .base import SETTINGS_CONFIG, split_commas
+from .ranker_cards import ranker_file
 
 
 class RetrievalSettings(BaseSettings):
@@ -46,6 +48,12 @@ class RetrievalSettings(BaseSettings):
         6000, ge=200, le=128_000, description="Most characters of memory in fast mode's prompt (its context budget)."
     )
 
+    context_ranker: str = Field(
+        "builtin", description="The context read's learned ranker: none (the pathways' fused scores), builtin (the "
+        "shipped context-ranker-v1, checked against its card's sha256 at start) or the path of a file "
+        "`python -m bench.train_ranker --out` wrote.",
+    )
+
     _split_weights = field_validator("router_weights", mode="before")(split_commas)
 
     @field_validator("router_weights")
@@ -54,6 +62,16 @@ class RetrievalSettings(BaseSettings):
         if any(w < 0 for w in value) or sum(value) == 0:
             raise ValueError("three weights (summary, dense, lexical), none negative, not all zero")
         return value
+
+    @field_validator("context_ranker")
+    @classmethod
+    def _ranker_file(cls, value: str) -> str:
+        ranker_file(value)  # missing or corrupt: refuse to start
+        return value
+
+    @property
+    def context_ranker_path(self) -> Path | None:
+        return ranker_file(self.context_ranker)
 
     @property
     def pathway_weights(self) -> tuple[float, float, float]:

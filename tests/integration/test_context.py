@@ -17,7 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 from epistream.consumers.context import build_context
 from epistream.consumers.modes.fast import answer_fast
 from epistream.consumers.packing import render
-from epistream.consumers.retrieval import CONTEXT_READ, ContextRecipe, Neighbours, Recipes, Sources
+from epistream.consumers.retrieval import CONTEXT_READ, ContextRecipe, LinearRanker, Neighbours, Recipes, Sources
 from epistream.consumers.retrieval.speakers import named_speakers
 from epistream.contracts.questions import Mode, Question, TimeRange
 from epistream.contracts.replies import MemoryContext
@@ -27,6 +27,7 @@ from epistream.models.llm import ModelClient, create_client
 from epistream.models.prompts import estimate_tokens
 from epistream.pipeline.ingest import ingest_batch
 from epistream.pipeline.records import RawRecord
+from epistream.settings.ranker_cards import BUILTIN
 from epistream.storage.db import create_pool, tenant_scope
 from epistream.testing.scripted_llm import ScriptedLLM
 
@@ -263,3 +264,19 @@ def test_the_turns_a_gist_was_written_from_come_with_it(postgres, memory):
     without = _read(postgres, embedder, tenant=tenant, question="Which puppy?", budget_tokens=1000, recipes=lexical,
                     read=replace(no_neighbours, sources=Sources(gists=0)))
     assert not [i for i in without.items if i.kind == "turn"]
+
+
+def test_the_shipped_ranker_reorders_the_same_memory_within_the_budget_and_keeps_the_period_first(postgres, memory):
+    """The read as the worker runs it by default (EPISTREAM_CONTEXT_RANKER=builtin): the same candidates as
+    without the ranker, reordered, within the budget, memory about the question's period still first."""
+    tenant, _, embedder = memory
+    ranked_read = replace(CONTEXT_READ, ranker=LinearRanker.load(BUILTIN.path))
+    ask = {"tenant": tenant, "question": "What did Alice do last week?", "budget_tokens": 4000}
+    ranked, plain = _read(postgres, embedder, read=ranked_read, **ask), _read(postgres, embedder, **ask)
+    assert ranked.used_tokens <= 4000
+    assert {i.line.split("] ", 1)[1] for i in ranked.items} == {i.line.split("] ", 1)[1] for i in plain.items}
+    _about_first(ranked)
+    # The budget too small for all of it: the ranker's choice of what fits.
+    small = _read(postgres, embedder, read=ranked_read, tenant=tenant, question="Where does Alice live?",
+                  budget_tokens=60)
+    assert small.items and small.used_tokens <= 60

@@ -10,9 +10,11 @@ import pytest
 from psycopg import sql
 
 from epistream.consumers.retrieval import (
+    CONTEXT_READ,
     DENSE_TURNS,
     FUSED_TURNS,
     SEGMENT_PATHWAYS,
+    LinearRanker,
     Recipes,
     SegmentRecipe,
     TurnRecipe,
@@ -26,6 +28,7 @@ from epistream.consumers.retrieval.recipes import KEYWORD_CONFIG, ROUTER_DEFAULT
 from epistream.consumers.retrieval.seeds import LEXICAL_GISTS, LEXICAL_TURNS
 from epistream.consumers.retrieval.segments import DENSE_PATHWAY, lexical_pathway, summary_pathway
 from epistream.consumers.retrieval.turns import fused_turn_search
+from epistream.settings import ranker_cards
 from epistream.settings.processes import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +59,7 @@ def test_recipes_come_from_the_router_and_retrieve_settings():
         router=SegmentRecipe(top_k=3, candidates=20, fusion="rrf", weights=(0.2, 0.5, 0.3), force_include=False,
                              rrf_k=40),
         turns=TurnRecipe(top_k=11, pool=70, rrf_k=40, speaker_bonus=0.5, match_cap=300),
+        context=BUILTIN_READ,
     )
     assert recipes.router.turn_candidates == 80
 
@@ -64,7 +68,11 @@ def test_default_settings_give_the_named_recipes():
     fields = ("router_top_k", "router_candidates", "router_fusion", "router_weights", "router_force_include",
               "retrieve_top_k", "retrieve_pool", "rrf_k", "speaker_bonus", "lexical_match_cap")
     defaults = Settings(**{f: Settings.model_fields[f].default for f in fields})
-    assert from_settings(defaults) == Recipes(router=ROUTER_DEFAULT, turns=FUSED_TURNS)
+    assert from_settings(defaults) == Recipes(router=ROUTER_DEFAULT, turns=FUSED_TURNS, context=BUILTIN_READ)
+
+
+#: The context read as the settings give it by default: the named recipe with the shipped ranker.
+BUILTIN_READ = replace(CONTEXT_READ, ranker=LinearRanker.load(ranker_cards.BUILTIN.path))
 
 
 def test_one_pathway_keeps_force_include_only_for_lexical():
