@@ -109,34 +109,38 @@ def _reciprocal(rank: float | None, k: float = 30.0) -> float:
 
 def features(ranked: Sequence[Candidate], asked: Asked) -> np.ndarray:
     """One row of FEATURES per candidate (in ``ranked``'s order; gists and facts get rows too, read as turns
-    would be, though the read does not score them)."""
-    fused = [c.score - c.fields["scores"].get("period", 0.0) for c in ranked]
+    would be, though the read does not score them). About 20 microseconds a candidate: it runs on every read."""
+    fields = [c.fields for c in ranked]
+    fused = [c.score - f["scores"].get("period", 0.0) for c, f in zip(ranked, fields, strict=True)]
     top = max(fused, default=0.0) or 1.0
-    by_day: dict[tuple[str, Any], list[float]] = defaultdict(list)
-    by_segment: dict[tuple[str, Any], list[float]] = defaultdict(list)
-    for c, f in zip(ranked, fused, strict=True):
-        by_day[(c.conversation_id, c.day)].append(f)
-        by_segment[(c.conversation_id, c.fields.get("segment_id"))].append(f)
-    times = [c.time.timestamp() for c in ranked]
+    days = [(f["conversation_id"], f["time"].date()) for f in fields]
+    segments = [(f["conversation_id"], f.get("segment_id")) for f in fields]
+    day_sum: dict[tuple[str, Any], float] = defaultdict(float)
+    day_count: dict[tuple[str, Any], int] = defaultdict(int)
+    segment_max: dict[tuple[str, Any], float] = {}
+    for day, segment, score in zip(days, segments, fused, strict=True):
+        day_sum[day] += score
+        day_count[day] += 1
+        segment_max[segment] = max(score, segment_max.get(segment, score))
+    times = [f["time"].timestamp() for f in fields]
     first, span = (min(times), (max(times) - min(times)) or 1.0) if times else (0.0, 1.0)
+    speakers, words, entities = asked.speakers, asked.words, asked.entities
     rows = []
-    for n, (c, f) in enumerate(zip(ranked, fused, strict=True)):
-        scores = c.fields["scores"]
-        text = c.text.lower()
+    for n, f in enumerate(fields):
+        scores, score, day = f["scores"], fused[n], days[n]
+        text = f["text"].lower()
         tokens = frozenset(_TOKEN.findall(text))
-        speaker = str(c.fields.get("speaker") or "").lower()
-        named = bool(asked.speakers) and speaker in asked.speakers
+        named = bool(speakers) and str(f.get("speaker") or "").lower() in speakers
         about_self = _self_statement(tokens)
-        day = by_day[(c.conversation_id, c.day)]
         has_date = not tokens.isdisjoint(_DATE_WORDS) or _YEAR.search(text) is not None
         rows.append((
-            f, f / top, math.log1p(n), _reciprocal(scores.get("dense_rank")), _reciprocal(scores.get("lexical_rank")),
-            float("dense_rank" in scores), float("lexical_rank" in scores),
+            score, score / top, math.log1p(n), _reciprocal(scores.get("dense_rank")),
+            _reciprocal(scores.get("lexical_rank")), float("dense_rank" in scores), float("lexical_rank" in scores),
             float("neighbour_of" in scores), scores.get("after_seed", 0.0),
             float("source_of_gist" in scores or "source_of_fact" in scores),
-            float(named), float(bool(asked.speakers) and not named), float("period" in scores),
-            sum(day) / top, math.log1p(len(day)), max(by_segment[(c.conversation_id, c.fields.get("segment_id"))]) / top,
-            _share(asked.words, text, tokens), _share(asked.entities, text, tokens),
+            float(named), float(bool(speakers) and not named), float("period" in scores),
+            day_sum[day] / top, math.log1p(day_count[day]), segment_max[segments[n]] / top,
+            _share(words, text, tokens), _share(entities, text, tokens),
             float(has_date), float(has_date and asked.when), math.log1p(text.count(" ") + 1), float("?" in text),
             (times[n] - first) / span, float(about_self), float(about_self and named),
             float(about_self and asked.preference),
