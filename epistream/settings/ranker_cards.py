@@ -22,6 +22,8 @@ class RankerCard:
     sha256: str
     trained_on: str
     command: str
+    #: Evidence recall of the read with it, at 250 / 500 / 1,000 / 2,000 / 4,000 tokens (without it in brackets).
+    metrics: str
 
     @property
     def path(self) -> Path:
@@ -31,10 +33,13 @@ class RankerCard:
 BUILTIN = RankerCard(
     name="context-ranker-v1",
     file="context-ranker-v1.json",
-    sha256="298a8fbca3fee4f38676c6b1fcee309c08d3791e31cdb0b949740f211623dd58",
+    sha256="f6819fefb1f506a2201a524bc713b3313f23da225f7ee7dfc2dc8816e4d4d170",
     trained_on="LoCoMo dev, pick split only (conv-26, conv-30, conv-41): the evidence turns of categories 1-4 "
                "among the read's candidates at 1,000 and 4,000 tokens",
     command="python -m bench.train_ranker",
+    metrics="pick 0.685 / 0.800 / 0.870 / 0.916 / 0.960 (0.618 / 0.720 / 0.821 / 0.891 / 0.940); "
+            "report 0.681 / 0.786 / 0.856 / 0.911 / 0.954 (0.641 / 0.715 / 0.806 / 0.869 / 0.940); "
+            "docs/benchmarks/budget-recall.md",
 )
 
 #: EPISTREAM_CONTEXT_RANKER's words besides a path.
