@@ -13,8 +13,9 @@ it, and everything about it ranks first (the recipe's ``period_boost``): turns s
 fall in it, gists whose event falls in it, facts that held then, the turns beside them or a gist
 was written from; for a question about a state ("where did Alice live in February 2024?")
 everything said before the period's end. consumers/packing.py ranks them in one list,
-deduplicates and packs them into the budget. How much of each it reads, and how it weighs them, is
-one frozen ContextRecipe (consumers/retrieval/recipes.py).
+deduplicates and packs them into the budget; between the two, the learned ranker (consumers/ranking.py,
+EPISTREAM_CONTEXT_RANKER) reorders them by what it reads of each. How much of each it reads, and how it
+weighs them, is one frozen ContextRecipe (consumers/retrieval/recipes.py).
 """
 
 from __future__ import annotations
