@@ -5,8 +5,8 @@ function, which ``python -m bench.train_ranker`` imports too) and the reordering
 The ranker reorders the read's deduplicated candidates (packing.rank's order, its place one of the
 features) before they are packed. Turns are ordered by the model's score; gists and facts keep their own
 order after the turns (recipes.Structured.weight 0 ranks them so too). Whether the question's period still
-ranks first is the model's ``period_first``: the shipped one learns it as a feature instead (about the
-period: ``about``), which read higher on the pick split.
+ranks first is the model's ``period_first``: true in the shipped one, the read's documented order (learned
+as a feature instead, ``about``, it read no better: docs/benchmarks/budget-recall.md).
 """
 
 from __future__ import annotations
