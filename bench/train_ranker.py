@@ -39,6 +39,10 @@ from epistream.settings.processes import Settings
 from epistream.settings.ranker_cards import BUILTIN
 from epistream.testing.datasets import locomo_dev
 
+from . import report
+
+ROOT = Path(__file__).resolve().parent.parent
+
 #: Budgets the candidates are gathered at (the read asks the fused search for more turns at a larger one).
 TRAIN_BUDGETS = (1000, 4000)
 #: The regularisation, chosen on the pick split by leaving one of its conversations out (each trained on the
@@ -158,7 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_up:
         up(settings, only={"postgres"})
     examples = asyncio.run(gather_examples(settings, args.path, SPLITS["pick"], TRAIN_BUDGETS))
-    text = ranker_text(fit(examples, c=args.c, name=args.name, without=without))
+    model = fit(examples, c=args.c, name=args.name, without=without)
+    if args.out.resolve() != BUILTIN.path.resolve():
+        # A result, not the shipped file (which must stay the same bytes: its provenance is its card):
+        # where and under what load it was trained.
+        model["machine"] = report.machine_info(ROOT)
+    text = ranker_text(model)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(f"wrote {args.out}: sha256 {hashlib.sha256(text.encode()).hexdigest()}")
