@@ -8,7 +8,6 @@ operator chose them). A missing or corrupt file stops start-up with a message na
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
 import os
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from epistream.errors import ServiceError
 from epistream.models.maven import copy_artifact
+from epistream.settings.digests import sha256_of
 from epistream.settings.embedder_cards import EmbedderCard
 from epistream.settings.processes import Settings
 
@@ -33,14 +33,6 @@ _DATA = Path(__file__).resolve().parents[1] / "data"
 class EmbedderFiles:
     model: Path
     tokenizer: Path
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _check(path: Path, sha256: str) -> bool:

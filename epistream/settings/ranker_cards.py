@@ -7,9 +7,10 @@ one whose sha256 is not the card's stops the process at start, naming the settin
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+
+from .digests import sha256_of
 
 #: The package's data folder (epistream/data), where the shipped weights are.
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -44,10 +45,6 @@ BUILTIN = RankerCard(
 
 #: EPISTREAM_CONTEXT_RANKER's words besides a path.
 NO_RANKER, BUILTIN_RANKER = "none", "builtin"
-
-
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def ranker_file(value: str) -> Path | None:
