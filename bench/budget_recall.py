@@ -182,6 +182,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
             recipes = from_settings(settings)
             by_id = {(t.conversation_id, t.turn_id): t for t in turns}
             systems += stored_systems(memory, recipes, by_id, embedder, enriched=bool(args.enriched))
+        systems = only(systems, args.systems)
         started = time.perf_counter()
         records = await score(systems, queries)
         timings["score_s"] = round(time.perf_counter() - started, 1)
@@ -204,6 +205,17 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     result["timings"] = timings
     result["questions"] = [kept_per_question(r) for r in records]
     return result
+
+
+def only(systems: list[System], names: str | None) -> list[System]:
+    """``systems`` restricted to ``names`` (comma-separated; None: all), in their own order; an unknown name is refused."""
+    if names is None:
+        return systems
+    wanted = {n.strip() for n in names.split(",") if n.strip()}
+    unknown = wanted - {s.name for s in systems}
+    if unknown:
+        sys.exit(f"--systems: no system named {', '.join(sorted(unknown))} (known: {', '.join(s.name for s in systems)})")
+    return [s for s in systems if s.name in wanted]
 
 
 def kept_per_question(record: dict[str, Any]) -> dict[str, Any]:
@@ -266,6 +278,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="read the memory bench.locomo_eval stored and enriched under TENANT on the running stack "
                         "(its --keep) instead of storing the turns unenriched; adds the enrichment ablations")
     p.add_argument("--no-up", action="store_true", help="do not start the embedded PostgreSQL")
+    p.add_argument("--systems", help="score only these systems (comma-separated names, e.g. context,context_no_ranker: "
+                                     "a quicker run, or a latency measurement without the other reads beside it)")
     return p.parse_args(argv)
 
 
