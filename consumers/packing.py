@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
+from functools import lru_cache
 from typing import Any
 
 from epistream.contracts.replies import MemoryItem, ResolvedPeriod
@@ -111,6 +112,7 @@ class Block:
         self._named = 0
 
     @staticmethod
+    @lru_cache(maxsize=4096)  # asked for every candidate whose day is not in the block yet, kept or skipped
     def _header_costs(conversation_id: str, day: date) -> tuple[int, int]:
         return estimate_tokens(day_header(day, None)), estimate_tokens(day_header(day, conversation_id))
 
@@ -181,16 +183,26 @@ def _said_dates(text: str, said: datetime) -> list[ResolvedPeriod]:
     return [p for p in periods if p is not None]
 
 
-def turn_candidate(turn: RetrievedTurn) -> Candidate:
+@lru_cache(maxsize=256)
+def _offset(seconds: int) -> timezone:
+    return timezone(timedelta(seconds=seconds))
+
+
+def turn_candidate(turn: RetrievedTurn, *, score: float | None = None,
+                   scores: dict[str, float] | None = None) -> Candidate:
     """A turn, verbatim, at its speaker's local time; the relative dates it uses are resolved after it
-    when it is packed (``with_dates``)."""
-    local = turn.ts.astimezone(timezone(timedelta(seconds=turn.tz_offset_s)))
-    body = f"{local:%H:%M} {turn.speaker}: {turn.text}"
-    scores = {"rrf": turn.score}
-    scores |= {name: float(rank) for name, rank in (("dense_rank", turn.dense_rank),
-                                                     ("lexical_rank", turn.lexical_rank)) if rank is not None}
+    when it is packed (``with_dates``). ``score`` and ``scores``: a derived turn's own (else the search's).
+    Built for every turn a read finds (hundreds a read): kept plain."""
+    local = turn.ts.astimezone(_offset(turn.tz_offset_s))
+    body = f"{local.hour:02d}:{local.minute:02d} {turn.speaker}: {turn.text}"
+    if scores is None:
+        scores = {"rrf": turn.score}
+        if turn.dense_rank is not None:
+            scores["dense_rank"] = float(turn.dense_rank)
+        if turn.lexical_rank is not None:
+            scores["lexical_rank"] = float(turn.lexical_rank)
     return Candidate(
-        key=("turn", turn.conversation_id, turn.turn_id), score=turn.score, body=body,
+        key=("turn", turn.conversation_id, turn.turn_id), score=turn.score if score is None else score, body=body,
         fields={"kind": "turn", "conversation_id": turn.conversation_id, "segment_id": turn.segment_id,
                 "turn_id": turn.turn_id,
                 "turn_ids": [turn.turn_id], "speaker": turn.speaker, "text": turn.text, "time": local,
@@ -213,10 +225,8 @@ def with_dates(candidate: Candidate) -> Candidate:
 def neighbour_candidate(turn: RetrievedTurn, seed: Candidate, seed_rank: int, share: float) -> Candidate:
     """A turn beside a strong hit, ranked just below it (``share`` of its score): the answer to a
     question, or the follow-up of a statement, is often the next turn and shares none of its words."""
-    found = _derived(turn, seed, share, "neighbour_of", seed_rank)
     # Which side of its seed it is on (the learned ranker reads it: an answer follows its question).
-    return replace(found, fields={**found.fields, "scores": {**found.fields["scores"],
-                                                              "after_seed": float(turn.ts > seed.time)}})
+    return _derived(turn, seed, share, "neighbour_of", seed_rank, after_seed=float(turn.ts > seed.time))
 
 
 def source_candidate(turn: RetrievedTurn, origin: Candidate, origin_rank: int, share: float) -> Candidate:
@@ -226,10 +236,10 @@ def source_candidate(turn: RetrievedTurn, origin: Candidate, origin_rank: int, s
     return _derived(turn, origin, share, f"source_of_{origin.kind}", origin_rank)
 
 
-def _derived(turn: RetrievedTurn, origin: Candidate, share: float, relation: str, origin_rank: int) -> Candidate:
-    found = turn_candidate(turn)
+def _derived(turn: RetrievedTurn, origin: Candidate, share: float, relation: str, origin_rank: int,
+             **more: float) -> Candidate:
     score = origin.score * share
-    return replace(found, score=score, fields={**found.fields, "scores": {"rrf": score, relation: float(origin_rank)}})
+    return turn_candidate(turn, score=score, scores={"rrf": score, relation: float(origin_rank), **more})
 
 
 def gist_candidate(row: GistRow, rank: int, rrf_k: int) -> Candidate:

@@ -18,6 +18,7 @@ from .execute import rows, typed_rows
 from .fragments import (
     TURN_IN_WINDOW,
     TurnOrder,
+    columns,
     conversations,
     in_scope,
     nearest,
@@ -28,6 +29,10 @@ from .recipes import TurnRecipe
 
 #: Okapi BM25's term-frequency saturation and length normalisation (the usual values).
 BM25_K1, BM25_B = 1.2, 0.75
+
+#: What each pathway carries of its turns, for the fused rows (no second read of memory.turns).
+CARRIED = ("tenant", "conversation_id", "turn_id", "speaker", "text", "ts", "session_id", "tz_offset_s")
+
 
 def lexical_turns() -> sql.Composed:
     """The turns matching any of the question's words, best ``%(pool)s`` first.
@@ -63,22 +68,21 @@ def lexical_turns() -> sql.Composed:
                                 FROM weights w WHERE w.df > 0) r
               WHERE %(match_cap)s::int = 0 OR r.running <= %(match_cap)s::int OR r.place = 1
           ), matched AS MATERIALIZED (
-              SELECT DISTINCT ON (t.tenant, t.conversation_id, t.turn_id)
-                     t.tenant, t.conversation_id, t.turn_id, t.ts, t.tsv, length(t.tsv) AS len
+              SELECT DISTINCT ON (t.tenant, t.conversation_id, t.turn_id) {carried}, t.tsv, length(t.tsv) AS len
               FROM searched s CROSS JOIN LATERAL (
-                  SELECT t.tenant, t.conversation_id, t.turn_id, t.ts, t.tsv FROM memory.turns t
+                  SELECT t.* FROM memory.turns t
                   WHERE %(use_lexical)s AND t.tsv @@ s.tq AND {scope} AND {in_window}
                   LIMIT nullif(%(match_cap)s::int, 0)) t
-          ), norms AS (
+          ), norms AS MATERIALIZED (  -- once: inlined, the planner re-averaged every matched turn per turn
               SELECT greatest(avg(len), 1) AS avgdl FROM matched
           )
-          SELECT m.tenant, m.conversation_id, m.turn_id
-          FROM matched m CROSS JOIN norms JOIN weights w ON m.tsv @@ w.tq
-          GROUP BY m.tenant, m.conversation_id, m.turn_id, m.ts, m.len, norms.avgdl
-          ORDER BY sum(w.idf) * ({k1} + 1) / (1 + {k1} * (1 - {b} + {b} * m.len / norms.avgdl)) DESC, m.ts
+          SELECT {matched_carried}
+          FROM matched m CROSS JOIN norms
+          CROSS JOIN LATERAL (SELECT sum(w.idf) AS idf FROM weights w WHERE m.tsv @@ w.tq) words
+          ORDER BY words.idf * ({k1} + 1) / (1 + {k1} * (1 - {b} + {b} * m.len / norms.avgdl)) DESC, m.ts
           LIMIT %(pool)s""").format(
         scope=in_scope("t"), counted=in_scope("c"), in_window=TURN_IN_WINDOW, k1=sql.Literal(BM25_K1),
-        b=sql.Literal(BM25_B))
+        b=sql.Literal(BM25_B), carried=columns("t", CARRIED), matched_carried=columns("m", CARRIED))
 
 
 @cache
@@ -86,28 +90,31 @@ def fused_turn_search() -> sql.Composed:
     """Each pathway takes its own top ``%(pool)s`` on its own index (within the time window),
     then their ranks are fused; a turn by one of ``%(speakers)s`` (case-folded) gains ``%(speaker_bonus)s``."""
     return sql.SQL("""
-WITH dense AS (
-    SELECT tenant, conversation_id, turn_id, row_number() OVER () AS rnk
+WITH dense AS MATERIALIZED (
+    SELECT d.*, row_number() OVER () AS rnk
     FROM ({dense}) d
-), lexical AS (
-    SELECT tenant, conversation_id, turn_id, row_number() OVER () AS rnk
+), lexical AS MATERIALIZED (
+    SELECT l.*, row_number() OVER () AS rnk
     FROM ({lexical}) l
-), fused AS MATERIALIZED (  -- plain columns to join on: under RLS, a join on coalesce(...) cannot probe the
-    SELECT coalesce(d.tenant, l.tenant) AS tenant,   -- primary key (not leakproof), so it read the tenant's turns
-           coalesce(d.conversation_id, l.conversation_id) AS conversation_id,
-           coalesce(d.turn_id, l.turn_id) AS turn_id,
+), fused AS MATERIALIZED (  -- each pathway carries its turns' columns: no join back to memory.turns, whose
+    SELECT coalesce(d.tenant, l.tenant) AS tenant,  -- probes the planner, misled by the CTEs' row estimates,
+           coalesce(d.conversation_id, l.conversation_id) AS conversation_id,  -- made scan half a conversation
+           coalesce(d.turn_id, l.turn_id) AS turn_id, coalesce(d.speaker, l.speaker) AS speaker,
+           coalesce(d.text, l.text) AS text, coalesce(d.ts, l.ts) AS ts,
+           CASE WHEN d.turn_id IS NULL THEN l.session_id ELSE d.session_id END AS session_id,
+           coalesce(d.tz_offset_s, l.tz_offset_s) AS tz_offset_s,
            d.rnk AS dense_rank, l.rnk AS lexical_rank,
            coalesce(1.0 / (%(rrf_k)s + d.rnk), 0) + coalesce(1.0 / (%(rrf_k)s + l.rnk), 0) AS score
     FROM dense d FULL JOIN lexical l USING (tenant, conversation_id, turn_id)
 )
-SELECT f.conversation_id, f.turn_id, t.speaker, t.text, t.ts, t.session_id,
-       (f.score + CASE WHEN lower(t.speaker) = ANY(%(speakers)s::text[]) THEN %(speaker_bonus)s ELSE 0 END
-       )::float8 AS score, f.dense_rank, f.lexical_rank, t.tz_offset_s, {segment}
-FROM fused f JOIN memory.turns t USING (tenant, conversation_id, turn_id)
+SELECT t.conversation_id, t.turn_id, t.speaker, t.text, t.ts, t.session_id,
+       (t.score + CASE WHEN lower(t.speaker) = ANY(%(speakers)s::text[]) THEN %(speaker_bonus)s ELSE 0 END
+       )::float8 AS score, t.dense_rank, t.lexical_rank, t.tz_offset_s, {segment}
+FROM fused t
 ORDER BY score DESC, t.ts
 LIMIT %(top_k)s
 """).format(
-        dense=nearest("turns", "t", sql.SQL("t.tenant, t.conversation_id, t.turn_id"),
+        dense=nearest("turns", "t", columns("t", CARRIED),
                       sql.SQL("%(use_dense)s AND {scope} AND {in_window}").format(
                           scope=in_scope("t"), in_window=TURN_IN_WINDOW, segment=segment_of("t")), limit="pool"),
         lexical=lexical_turns(), segment=segment_of("t"))
