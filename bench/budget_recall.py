@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 import time
 from collections.abc import Iterable
@@ -183,6 +184,10 @@ async def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
             by_id = {(t.conversation_id, t.turn_id): t for t in turns}
             systems += stored_systems(memory, recipes, by_id, embedder, enriched=bool(args.enriched))
         systems = only(systems, args.systems)
+        # The harness's own objects (every turn's words for the in-process baselines, the embeddings) are
+        # no read's: frozen, the collector stops walking them during the timed reads (a worker holds none).
+        gc.collect()
+        gc.freeze()
         started = time.perf_counter()
         records = await score(systems, queries)
         timings["score_s"] = round(time.perf_counter() - started, 1)
@@ -251,7 +256,8 @@ def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no
                     read=replace(read, structured=Structured(weight=1.0))),
         ContextRead(memory, recipes, memo, name="context_fact_sources", read=replace(read, sources=Sources(facts=5))),
     ] if enriched else []
-    rankers = [ContextRead(memory, recipes, memo, name="context_no_ranker", read=replace(read, ranker=None))]
+    rankers = [ContextRead(memory, recipes, memo, name="context_no_ranker", read=replace(read, ranker=None)),
+               ContextRead(memory, recipes, memo, name="context_depth_linear", read=replace(read, depth_exponent=1.0))]
     if SELF_RANKER.exists():  # python -m bench.train_ranker --without '' --out bench/results/context-ranker-self.json
         rankers.append(ContextRead(memory, recipes, memo, name="context_ranker_self",
                                    read=replace(read, ranker=LinearRanker.load(SELF_RANKER))))

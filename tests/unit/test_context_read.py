@@ -3,6 +3,7 @@ budget, the time window and the question's resolved dates."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
@@ -200,6 +201,13 @@ def test_a_larger_budget_reads_deeper():
     large, gists_large, facts_large = CONTEXT_READ.candidate_counts(4000, FUSED_TURNS)
     assert small.top_k < large.top_k and large.pool >= large.top_k and gists_small <= gists_large
     assert CONTEXT_READ.candidate_counts(32_000, FUSED_TURNS)[0].top_k == 1_000 and facts_large == 40
+
+
+def test_beyond_a_thousand_tokens_the_turns_asked_for_grow_less_than_the_budget():
+    depth = [CONTEXT_READ.candidate_counts(budget, FUSED_TURNS)[0].top_k for budget in (500, 1000, 2000, 4000)]
+    assert depth == [50, 100, 169, 283]  # one per 10 tokens up to 1,000, then as the budget to the power 0.75
+    linear = replace(CONTEXT_READ, depth_exponent=1.0)
+    assert [linear.candidate_counts(b, FUSED_TURNS)[0].top_k for b in (2000, 4000)] == [200, 400]
 
 
 def test_a_turn_in_its_own_offset_resolves_its_dates_on_its_own_day():
