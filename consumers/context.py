@@ -14,7 +14,8 @@ fall in it, gists whose event falls in it, facts that held then, the turns besid
 was written from; for a question about a state ("where did Alice live in February 2024?")
 everything said before the period's end. consumers/packing.py ranks them in one list,
 deduplicates and packs them into the budget; between the two, the learned ranker (consumers/ranking.py,
-EPISTREAM_CONTEXT_RANKER) reorders them by what it reads of each. How much of each it reads, and how it
+EPISTREAM_CONTEXT_RANKER) reorders them by what it reads of each, and the coverage step (consumers/coverage.py)
+re-picks the head that may fit so it spans the question's aspects and sessions. How much of each it reads, and how it
 weighs them, is one frozen ContextRecipe (consumers/retrieval/recipes.py).
 """
 
@@ -36,6 +37,7 @@ from epistream.core.metrics import Metrics
 from epistream.storage.db import tenant_scope
 
 from .best_turns import FoundTurns, SearchDeps, best_turns, best_turns_within
+from .coverage import NO_COVERAGE, cover
 from .packing import (
     Candidate,
     fact_candidate,
@@ -51,6 +53,7 @@ from .ranking import Asked, reorder
 from .retrieval import (
     PERIOD_BOOST,
     ContextRecipe,
+    Coverage,
     LinearRanker,
     NamedFact,
     NearGist,
@@ -170,10 +173,14 @@ class Gathered:
     candidates: list[Candidate]
     asked: Asked
 
-    def ranked(self, ranker: LinearRanker | None) -> list[Candidate]:
-        """Deduplicated, best first: by the pathways' fused scores, then by the ranker when there is one."""
+    def ranked(self, ranker: LinearRanker | None, *, budget_tokens: int = CONTEXT_BUDGET_DEFAULT,
+               coverage: Coverage = NO_COVERAGE) -> list[Candidate]:
+        """Deduplicated, best first: by the pathways' fused scores, then by the ranker when there is one,
+        then the head that may fit ``budget_tokens`` re-picked for coverage (consumers/coverage.py) when asked."""
         ranked = rank(self.candidates)
-        return ranked if ranker is None else reorder(ranker, ranked, self.asked)
+        ranked = ranked if ranker is None else reorder(ranker, ranked, self.asked)
+        return cover(ranked, self.asked, budget_tokens, coverage,
+                     period_first=ranker is None or ranker.period_first)
 
 
 async def gather(deps: ContextDeps, question: Question, *, when: QuestionTime, budget_tokens: int,
@@ -236,7 +243,7 @@ async def build_context(question: Question, deps: ContextDeps, recipe: ContextRe
     ranked: list[Candidate] = []
     if not when.asked.empty:
         gathered = await gather(deps, question, when=when, budget_tokens=budget, read=recipe)
-        ranked = gathered.ranked(recipe.ranker)
+        ranked = gathered.ranked(recipe.ranker, budget_tokens=budget, coverage=recipe.coverage)
     packed = pack(ranked, budget)
     return MemoryContext(
         question_id=question.question_id, tenant=question.tenant, asked_at=when.asked_at, items=packed.items,

@@ -31,6 +31,7 @@ from .recipes import (
     PERIOD_BOOST,
     SEGMENT_PATHWAYS,
     ContextRecipe,
+    Coverage,
     Neighbours,
     Recipes,
     SegmentRecipe,
@@ -46,7 +47,7 @@ from .turns import NeighbourTurn, RetrievedTurn, TurnRow, load_turns, neighbour_
 
 __all__ = [
     # recipes
-    "CONTEXT_READ", "DENSE_TURNS", "FUSED_TURNS", "PERIOD_BOOST", "SEGMENT_PATHWAYS", "ContextRecipe", "Neighbours",
+    "CONTEXT_READ", "DENSE_TURNS", "FUSED_TURNS", "PERIOD_BOOST", "SEGMENT_PATHWAYS", "ContextRecipe", "Coverage", "Neighbours",
     "Recipes", "SegmentRecipe", "Sources", "Structured", "TurnRecipe", "WindowRecipe", "from_settings",
     # reads and their rows
     "Fact", "Gist", "GistRow", "NamedFact", "NearGist", "NeighbourTurn", "RetrievedTurn", "StatedFact", "TurnRow", "facts_named",

@@ -154,6 +154,33 @@ class Neighbours:
     share: float = 0.8
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """The coverage step after the learned ranker (consumers/coverage.py, issue 41 item 2): the head of the
+    ranking (``window`` times the budget) re-picked greedily by relevance (``1 / (rank_k + place)``, times
+    (mean line length / its line length) ** ``length_power``: relevance per token), plus ``aspect_bonus`` per
+    question aspect a pick is the first to cover, minus ``day_penalty`` per item already picked from its
+    session (day). Off by default (all weights 0: the ranking as it is): no setting of it helped multi-hop or
+    open-domain on the report split (docs/benchmarks/budget-recall.md; bench.budget_recall's
+    context_coverage row)."""
+
+    aspect_bonus: float = 0.0
+    day_penalty: float = 0.0
+    rank_k: float = 10.0
+    window: float = 2.0
+    length_power: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.aspect_bonus < 0 or self.day_penalty < 0 or self.length_power < 0:
+            raise ValueError("coverage weights are 0 or more")
+        if self.rank_k <= 0 or self.window <= 0:
+            raise ValueError("rank_k and window are more than 0")
+
+    @property
+    def on(self) -> bool:
+        return self.aspect_bonus > 0 or self.day_penalty > 0 or self.length_power > 0
+
+
 #: Added to the score of memory about the question's period: more than any fused score (two pathways at
 #: rank 1 and the speaker bonus stay under 0.1), so it all ranks first, each kind in its own order, and
 #: the rest after it, as the read ranked it before.
@@ -173,6 +200,7 @@ class ContextRecipe:
     sources: Sources = Sources()
     structured: Structured = Structured()
     neighbours: Neighbours = Neighbours()
+    coverage: Coverage = Coverage()
     period_boost: float = PERIOD_BOOST
     tokens_per_turn_floor: int = 10
     #: Beyond ``deep_from`` tokens the turns asked for grow as the budget to this power, not in proportion
