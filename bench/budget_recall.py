@@ -231,18 +231,19 @@ def kept_per_question(record: dict[str, Any]) -> dict[str, Any]:
 
 def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no-untyped-def]
                    enriched: bool = False) -> list[System]:
-    """The systems over the stored memory: the context read and its ablations (no neighbour turns; no
-    speaker matching; rrf_k 60), fused and dense turn search, the deep-mode router, deep mode's reading
+    """The systems over the stored memory: the context read and its ablations (no ranker; with the coverage
+    step, off by default; no neighbour turns; no speaker matching; rrf_k 60), fused and dense turn search, the deep-mode router, deep mode's reading
     windows and the fused search's own top_k turns. (The ts_rank_cd and 'english' re-stemming ablations
     left with their switches: docs/experiments.md.) Over an enriched memory, also the read without each
     of what enrichment adds (gists, facts, the gists' source turns), with none of it, with gists and
     facts ranked by their own score among the turns (the default ranks them after), and with the source turns of the best facts (entity links)."""
-    from epistream.consumers.retrieval import LinearRanker, Neighbours, Sources, Structured
+    from epistream.consumers.retrieval import Coverage, LinearRanker, Neighbours, Sources, Structured
 
     memo = MemoEmbedder(embedder)
     no_speakers = replace(recipes, turns=replace(recipes.turns, speaker_bonus=0.0))
     rrf_60 = replace(recipes, turns=replace(recipes.turns, rrf_k=60))
     read = recipes.context
+    tried = Coverage(length_power=0.25, rank_k=5.0)  # the coverage step's best setting on pick (consumers/coverage.py)
     no_sources = replace(read, sources=Sources(gists=0))
     enrichment = [
         ContextRead(memory, recipes, memo, name="context_no_gists",
@@ -257,7 +258,10 @@ def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no
         ContextRead(memory, recipes, memo, name="context_fact_sources", read=replace(read, sources=Sources(facts=5))),
     ] if enriched else []
     rankers = [ContextRead(memory, recipes, memo, name="context_no_ranker", read=replace(read, ranker=None)),
-               ContextRead(memory, recipes, memo, name="context_depth_linear", read=replace(read, depth_exponent=1.0))]
+               ContextRead(memory, recipes, memo, name="context_depth_linear", read=replace(read, depth_exponent=1.0)),
+               # Issue 41 item 2: the best coverage step on pick (relevance per token), off by default: it did not
+               # help multi-hop on report (docs/benchmarks/budget-recall.md).
+               ContextRead(memory, recipes, memo, name="context_coverage", read=replace(read, coverage=tried))]
     if SELF_RANKER.exists():  # python -m bench.train_ranker --without '' --out bench/results/context-ranker-self.json
         rankers.append(ContextRead(memory, recipes, memo, name="context_ranker_self",
                                    read=replace(read, ranker=LinearRanker.load(SELF_RANKER))))
