@@ -14,8 +14,9 @@ fall in it, gists whose event falls in it, facts that held then, the turns besid
 was written from; for a question about a state ("where did Alice live in February 2024?")
 everything said before the period's end. consumers/packing.py ranks them in one list,
 deduplicates and packs them into the budget; between the two, the learned ranker (consumers/ranking.py,
-EPISTREAM_CONTEXT_RANKER) reorders them by what it reads of each, and the coverage step (consumers/coverage.py)
-re-picks the head that may fit so it spans the question's aspects and sessions. How much of each it reads, and how it
+EPISTREAM_CONTEXT_RANKER) reorders them by what it reads of each, and the coverage step (consumers/coverage.py,
+off by default: it did not help on the report split) can re-pick the head that may fit so it spans the
+question's aspects and sessions. How much of each it reads, and how it
 weighs them, is one frozen ContextRecipe (consumers/retrieval/recipes.py).
 """
 

@@ -22,7 +22,6 @@ Pure: nothing here touches the database.
 from __future__ import annotations
 
 import heapq
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import date
@@ -30,10 +29,9 @@ from datetime import date
 from epistream.models.prompts import estimate_tokens
 
 from .packing import Candidate
-from .ranking import Asked
+from .ranking import Asked, tokens_of
 from .retrieval import Coverage
 
-_TOKEN = re.compile(r"[a-z0-9']+")
 #: The step off: the ranking as it is.
 NO_COVERAGE = Coverage()
 #: What a packed line adds to its body ("[12] ") and its newline, in tokens.
@@ -57,7 +55,7 @@ def covered(candidate: Candidate, wanted: frozenset[str], speakers: frozenset[st
     held = set()
     for aspect in wanted:
         if len(aspect) < 4:
-            tokens = frozenset(_TOKEN.findall(text)) if tokens is None else tokens
+            tokens = tokens_of(text) if tokens is None else tokens
             if aspect in tokens:
                 held.add(aspect)
         elif aspect in text:

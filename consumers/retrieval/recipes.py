@@ -204,8 +204,8 @@ class ContextRecipe:
     period_boost: float = PERIOD_BOOST
     tokens_per_turn_floor: int = 10
     #: Beyond ``deep_from`` tokens the turns asked for grow as the budget to this power, not in proportion
-    #: (1.0): 283 turns at 4,000 tokens, not 400. Recall read the same (report 0.955 against 0.954 at
-    #: 4,000, pick 0.956 against 0.959) and the 4,000-token read's p95 fell by about a sixth
+    #: (1.0): 283 turns at 4,000 tokens, not 400. Recall read the same (report 0.954 either way at 4,000,
+    #: pick 0.958 against 0.960) and the 4,000-token read's p95 fell from 54.3 to 44.0 ms
     #: (bench.budget_recall's context_depth_linear row).
     depth_exponent: float = 0.75
     deep_from: int = 1_000
