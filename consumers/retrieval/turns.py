@@ -70,7 +70,7 @@ def lexical_turns() -> sql.Composed:
           ), matched AS MATERIALIZED (
               SELECT DISTINCT ON (t.tenant, t.conversation_id, t.turn_id) {carried}, t.tsv, length(t.tsv) AS len
               FROM searched s CROSS JOIN LATERAL (
-                  SELECT t.* FROM memory.turns t
+                  SELECT {carried}, t.tsv FROM memory.turns t
                   WHERE %(use_lexical)s AND t.tsv @@ s.tq AND {scope} AND {in_window}
                   LIMIT nullif(%(match_cap)s::int, 0)) t
           ), norms AS MATERIALIZED (  -- once: inlined, the planner re-averaged every matched turn per turn
