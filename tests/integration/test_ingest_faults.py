@@ -148,6 +148,25 @@ def test_a_corrected_turn_rebuilds_its_closed_segment_and_sends_it_to_be_enriche
     assert replay.outcomes == ["unchanged"] and replay.closed_segments == []
 
 
+def test_a_turn_sent_again_in_the_same_batch_is_written_in_order_with_each_outcome(postgres, db_url, unique, embedder):
+    """The batch's turns are written by one statement a run (pipeline/store/turns.py); a turn there twice
+    is written as it came: first inserted, then its correction, then the same correction changing nothing."""
+    tenant, conversation = unique("tenant"), unique("conv")
+    first, second = turn(tenant, conversation, 1), turn(tenant, conversation, 2)
+    corrected = first.model_copy(update={"text": "turn number 1, corrected: the ferry left at dawn"})
+    (result,) = ingest(postgres, [records([first.to_bytes(), second.to_bytes(), corrected.to_bytes(),
+                                           corrected.to_bytes(), second.to_bytes()])], embedder)
+    assert result.outcomes == ["inserted", "inserted", "updated", "unchanged", "unchanged"]
+    assert stored(db_url, tenant) == [("t001", corrected.text), ("t002", second.text)]
+    with psycopg.connect(db_url) as conn:
+        revisions = conn.execute("SELECT turn_id, revision FROM memory.turns WHERE tenant = %s ORDER BY turn_id",
+                                 (tenant,)).fetchall()
+        words = conn.execute("SELECT turns FROM memory.term_counts WHERE tenant = %s AND lexeme = 'ferri'",
+                             (tenant,)).fetchall()
+    assert revisions == [("t001", 2), ("t002", 1)]
+    assert words == [(1,)]  # the BM25 word counts follow the last version, counted once
+
+
 def test_the_outbox_marks_published_only_what_kafka_acknowledged(postgres, db_url, unique, embedder):
     from epistream.storage.db import create_pool
 
