@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import numpy as np
 from psycopg import AsyncConnection
@@ -57,11 +57,13 @@ def _columns(turns: Sequence[Turn], vectors: Sequence[np.ndarray], records: Sequ
     """The statement's parameters: one array per column, in UPSERT_TURNS' order."""
     return [
         [t.tenant for t in turns], [t.conversation_id for t in turns], [t.turn_id for t in turns],
-        [t.speaker for t in turns], [t.text for t in turns], [t.ts for t in turns],
+        # In UTC: an array goes as text, and PostgreSQL's text input refuses offsets beyond 15:59 that a turn
+        # may carry (+23:59 is valid ISO 8601); its own offset is stored beside it.
+        [t.speaker for t in turns], [t.text for t in turns], [t.ts.astimezone(UTC) for t in turns],
         [int(t.ts.utcoffset().total_seconds()) for t in turns],  # type: ignore[union-attr]  # aware by contract
         [t.session_id for t in turns], [Jsonb(t.metadata) for t in turns], list(vectors),
         [TURN_EMBEDDING_VERSION] * len(turns), [r.partition for r in records], [r.offset for r in records],
-        [r.produced_at for r in records],
+        [None if r.produced_at is None else r.produced_at.astimezone(UTC) for r in records],
     ]
 
 
