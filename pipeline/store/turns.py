@@ -20,7 +20,8 @@ from ..records import RawRecord
 #
 # One statement for a whole run of turns, its columns as arrays: memory.turns' statement triggers (the
 # BM25 word counts, sql/015) then fire once a run, not once a turn, and the rows go in one executor pass
-# (a statement per turn cost 1.9 ms a turn on the development split, the word counts most of it).
+# (storing the development split: 1.9 ms a turn with a statement per turn, about 1.35 so, of which the
+# HNSW insert is about 0.8; docs/benchmarks/ingest-enrich.md).
 UPSERT_TURNS = """
 INSERT INTO memory.turns AS t (
     tenant, conversation_id, turn_id, speaker, text, ts, tz_offset_s, session_id, metadata,
