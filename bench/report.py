@@ -74,7 +74,8 @@ def write_results(path: Path, result: dict[str, Any], plot: Callable[[dict, Path
     """A benchmark's JSON at `path`, given a plot its PNG beside it, and given a markdown writer its tables
     printed after the paths. Every result records its machine (cores, load average, commit, time) unless
     it recorded its own: a figure on shared cores means little without them."""
-    result.setdefault("machine", machine_info(Path(__file__).resolve().parents[1]))
+    if "machine" not in result:  # machine_info asks git: only when the result has none
+        result["machine"] = machine_info(Path(__file__).resolve().parents[1])
     write_json(path, result)
     if plot is not None:
         plot(result, path.with_suffix(".png"))

@@ -318,8 +318,7 @@ async def _write_turns(conn: AsyncConnection, run: list[tuple[Turn, RawRecord]],
     if not run:
         return []
     turns = [t for t, _ in run]
-    vectors = np.stack([vector_of[id(t)] for t in turns])
-    outcomes = await upsert_turns(conn, turns, vectors, [r for _, r in run])
+    outcomes = await upsert_turns(conn, turns, [vector_of[id(t)] for t in turns], [r for _, r in run])
     result.stored.extend(turns)
     result.outcomes.extend(outcomes)
     written = [(t, r, o) for (t, r), o in zip(run, outcomes, strict=True)]

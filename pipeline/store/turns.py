@@ -73,16 +73,17 @@ def distinct_runs(turns: Sequence[Turn]) -> Iterator[range]:
     twice (PostgreSQL refuses), and a turn sent twice in a batch is written as it came, first then second."""
     start, seen = 0, set[Key]()
     for n, turn in enumerate(turns):
-        if _key(turn) in seen:
+        key = _key(turn)
+        if key in seen:
             yield range(start, n)
             start, seen = n, set()
-        seen.add(_key(turn))
+        seen.add(key)
     if start < len(turns):
         yield range(start, len(turns))
 
 
 async def upsert_turns(
-    conn: AsyncConnection, turns: Sequence[Turn], vectors: np.ndarray, records: Sequence[RawRecord]
+    conn: AsyncConnection, turns: Sequence[Turn], vectors: Sequence[np.ndarray], records: Sequence[RawRecord]
 ) -> list[str]:
     """Write turns in one transaction; return each one's outcome, in order: inserted, updated or unchanged."""
     outcomes: list[str] = []
@@ -90,8 +91,8 @@ async def upsert_turns(
         return outcomes
     async with conn.transaction(), conn.cursor() as cur:
         for run in distinct_runs(turns):
-            part = [turns[n] for n in run]
-            await cur.execute(UPSERT_TURNS, _columns(part, [vectors[n] for n in run], [records[n] for n in run]))
+            part = turns[run.start:run.stop]
+            await cur.execute(UPSERT_TURNS, _columns(part, vectors[run.start:run.stop], records[run.start:run.stop]))
             written = {(r[0], r[1], r[2]): bool(r[3]) for r in await cur.fetchall()}
             # A row the statement left as it was (the same content again) returns nothing: unchanged.
             outcomes += ["unchanged" if (k := _key(t)) not in written else ("inserted" if written[k] else "updated")
