@@ -50,6 +50,7 @@ from .budget_systems import (
     dated_text,
     recall_with_sources,
     verbatim_recall,
+    where_missed,
 )
 from .eval_metrics import ADVERSARIAL, CATEGORY_NAMES, mean
 from .stack import up
@@ -140,6 +141,9 @@ async def score(systems: list[System], queries: list[Query], budgets: tuple[int,
                 record["recall"][system.name][str(budget)] = verbatim_recall(query.evidence, context)
                 record["recall_with_sources"][system.name][str(budget)] = recall_with_sources(query.evidence, context)
                 record["tokens"][system.name][str(budget)] = context_tokens(context)
+                if isinstance(system, ContextRead) and system.explain_misses:
+                    record.setdefault("where_missed", {}).setdefault(system.name, {})[str(budget)] = where_missed(
+                        query.evidence, context, await system.gathered_turns(query, budget))
         records.append(record)
     return records
 
@@ -265,7 +269,7 @@ def stored_systems(memory, recipes, turns_by_id, embedder, *,  # type: ignore[no
     if SELF_RANKER.exists():  # python -m bench.train_ranker --without '' --out bench/results/context-ranker-self.json
         rankers.append(ContextRead(memory, recipes, memo, name="context_ranker_self",
                                    read=replace(read, ranker=LinearRanker.load(SELF_RANKER))))
-    return [ContextRead(memory, recipes, memo), *rankers, *enrichment,
+    return [ContextRead(memory, recipes, memo, explain_misses=True), *rankers, *enrichment,
             ContextRead(memory, recipes, memo, name="context_no_neighbours",
                         read=replace(read, neighbours=Neighbours(seeds=0))),
             ContextRead(memory, no_speakers, memo, name="context_no_speakers"),
@@ -332,6 +336,29 @@ def summarise(records: list[dict[str, Any]], systems: Iterable[str], budgets: It
             for s in systems}
     out["questions_by_category"] = {str(c): sum(1 for r in records if r["category"] == c)
                                     for c in sorted({r["category"] for r in records})}
+    explained = sorted({s for r in records for s in r.get("where_missed", {})})
+    if explained:
+        out["missed_evidence"] = {s: {b: missed_evidence(records, s, b) for b in budgets} for s in explained}
+    return out
+
+
+def missed_evidence(records: list[dict[str, Any]], system: str, budget: str) -> dict[str, dict[str, Any]]:
+    """Why ``system``'s context at ``budget`` lacks evidence, per category (and ``all``), counted in evidence
+    turns: held verbatim, gathered by the read but ranked below what fitted, or never gathered; the
+    median place of the gathered-but-missed among the gathered turns, and the median turns a context held."""
+    out: dict[str, dict[str, Any]] = {}
+    for category in ["all", *sorted({str(r["category"]) for r in records})]:
+        chosen = [r for r in records if category in ("all", str(r["category"]))]
+        seen = [r["where_missed"][system][budget] for r in chosen
+                if budget in r.get("where_missed", {}).get(system, {})]
+        places = [p for w in seen for p in w["missed"].values()]
+        evidence = sum(len(r["evidence"]) for r in chosen if budget in r.get("where_missed", {}).get(system, {}))
+        below = sorted(p for p in places if p is not None)
+        out[category] = {"evidence_turns": evidence, "in_context": evidence - len(places),
+                         "gathered_ranked_below": len(below), "not_gathered": len(places) - len(below),
+                         "place_of_ranked_below_p50": below[len(below) // 2] if below else None,
+                         "turns_in_context_p50": sorted(w["turns_in_context"] for w in seen)[len(seen) // 2]
+                         if seen else None}
     return out
 
 
@@ -382,6 +409,8 @@ def markdown(result: dict[str, Any]) -> str:
     for split, summary in result["by_split"].items():
         parts.append(table(summary, "recall", f"{split}: verbatim evidence recall"))
         parts.append(category_table(summary, "1000"))
+        for system, per_budget in summary.get("missed_evidence", {}).items():
+            parts.append(missed_table(per_budget["1000"], f"{split}: where {system}'s missing evidence was, 1000 tokens"))
     last = next(reversed(result["by_split"].values()))
     parts.append(table(last, "tokens", "tokens in the cut context (mean)"))
     parts.append(table(last, "recall_with_sources", "recall also crediting gist/fact source turns"))
@@ -392,6 +421,16 @@ def markdown(result: dict[str, Any]) -> str:
                  + " |" for name, per in result["context_latency_ms"].items()]
         parts.append("\n".join(rows))
     return "\n\n".join(parts)
+
+
+def missed_table(per_category: dict[str, dict[str, Any]], title: str) -> str:
+    rows = [f"**{title}**", "", "| category | evidence turns | in context | gathered, ranked below (place p50) "
+            "| not gathered | turns in context p50 |", "|---|---:|---:|---:|---:|---:|"]
+    for category, m in per_category.items():
+        name = CATEGORY_NAMES.get(int(category), category) if category.isdigit() else category
+        rows.append(f"| {name} | {m['evidence_turns']} | {m['in_context']} | {m['gathered_ranked_below']} "
+                    f"({m['place_of_ranked_below_p50'] or '-'}) | {m['not_gathered']} | {m['turns_in_context_p50']} |")
+    return "\n".join(rows)
 
 
 def write_chart(path: Path, result: dict[str, Any]) -> None:

@@ -47,9 +47,10 @@ import numpy as np
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from epistream.consumers.context import build_context
+from epistream.consumers.context import build_context, ranked_memory
 from epistream.consumers.modes.deep import read_windows, route_question
 from epistream.consumers.retrieval import DENSE_TURNS, ContextRecipe, Recipes, search_turns
+from epistream.consumers.timefilter import QuestionTime
 from epistream.contracts.questions import Mode, Question
 from epistream.contracts.turns import SegmentCloseRequest, Turn
 from epistream.core.metrics import Metrics
@@ -505,18 +506,38 @@ class ContextRead:
     budget_aware = True
 
     def __init__(self, memory: Memory, recipes: Recipes, embedder: MemoEmbedder, *, name: str = "context",
-                 read: ContextRecipe | None = None) -> None:
+                 read: ContextRecipe | None = None, explain_misses: bool = False) -> None:
         self.name = name
         self._memory = memory
         self._deps = _ContextDeps(memory.pool, embedder, recipes)
         self._read = read or recipes.context  # a variant of the read, else the recipes' own
         self.latencies_ms: dict[int, list[float]] = {}  # per budget: the read's own latency (its reply's latency_ms)
+        self.explain_misses = explain_misses  # the scorer asks gathered_turns where evidence was missed
+
+    def _question(self, query: Query, budget: int) -> Question:
+        return Question(question_id=query.key, tenant=self._memory.tenant, question=query.question,
+                        asked_at=query.asked_at, mode=Mode.CONTEXT, budget_tokens=budget,
+                        conversation_ids=[query.conversation_id])
 
     async def pieces(self, query: Query, budget: int) -> Sequence[Piece]:
-        question = Question(question_id=query.key, tenant=self._memory.tenant, question=query.question,
-                            asked_at=query.asked_at, mode=Mode.CONTEXT, budget_tokens=budget,
-                            conversation_ids=[query.conversation_id])
-        context = await build_context(question, self._deps, self._read)  # type: ignore[arg-type]
+        context = await build_context(self._question(query, budget), self._deps, self._read)  # type: ignore[arg-type]
         self.latencies_ms.setdefault(budget, []).append(context.latency_ms)
         return [Piece(tuple(item.turn_ids), item.line, item.tokens, verbatim=item.kind == "turn")
                 for item in context.items]
+
+    async def gathered_turns(self, query: Query, budget: int) -> list[str]:
+        """The ids of the turns the read gathered at ``budget``, in its order (each at its first place):
+        what the pack took a prefix of. Not timed (a second read of the same question)."""
+        question = self._question(query, budget)
+        ranked = await ranked_memory(question, self._deps, self._read,  # type: ignore[arg-type]
+                                     budget_tokens=budget, when=QuestionTime.of(question))
+        return list(dict.fromkeys(t for c in ranked if c.kind == "turn" for t in c.turn_ids))
+
+
+def where_missed(evidence: Sequence[str], pieces: Iterable[Piece], gathered: Sequence[str]) -> dict[str, object]:
+    """Where the evidence a context missed sat in what its read gathered: each missed turn's place among
+    the gathered turns (1-based; None: not gathered), and how many turns the context held verbatim."""
+    present = {t for p in pieces if p.verbatim for t in p.turn_ids}
+    place = {t: n for n, t in enumerate(gathered, start=1)}
+    return {"turns_in_context": len(present),
+            "missed": {t: place.get(t) for t in evidence if t not in present}}

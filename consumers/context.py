@@ -232,6 +232,16 @@ async def gather(deps: ContextDeps, question: Question, *, when: QuestionTime, b
     return Gathered([f.ranked for f in everything], Asked.of(question.question, found.search_text, found.speakers))
 
 
+async def ranked_memory(question: Question, deps: ContextDeps, recipe: ContextRecipe, *, budget_tokens: int,
+                        when: QuestionTime) -> list[Candidate]:
+    """Everything the read gathers for ``question``, best first: what the pack takes its prefix of
+    (none when the question's time excludes all memory)."""
+    if when.asked.empty:
+        return []
+    gathered = await gather(deps, question, when=when, budget_tokens=budget_tokens, read=recipe)
+    return gathered.ranked(recipe.ranker, budget_tokens=budget_tokens, coverage=recipe.coverage)
+
+
 async def build_context(question: Question, deps: ContextDeps, recipe: ContextRecipe, *,
                         budget_tokens: int = CONTEXT_BUDGET_DEFAULT, when: QuestionTime | None = None) -> MemoryContext:
     """The best memory for ``question`` within its own budget (else ``budget_tokens``; estimate_tokens
@@ -241,11 +251,7 @@ async def build_context(question: Question, deps: ContextDeps, recipe: ContextRe
     started = time.perf_counter()
     budget = check_budget(question.budget_tokens or budget_tokens)
     when = when or QuestionTime.of(question)
-    ranked: list[Candidate] = []
-    if not when.asked.empty:
-        gathered = await gather(deps, question, when=when, budget_tokens=budget, read=recipe)
-        ranked = gathered.ranked(recipe.ranker, budget_tokens=budget, coverage=recipe.coverage)
-    packed = pack(ranked, budget)
+    packed = pack(await ranked_memory(question, deps, recipe, budget_tokens=budget, when=when), budget)
     return MemoryContext(
         question_id=question.question_id, tenant=question.tenant, asked_at=when.asked_at, items=packed.items,
         text=packed.text, budget_tokens=budget, used_tokens=packed.used_tokens, time_range=question.time_range,

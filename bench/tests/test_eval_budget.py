@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from bench.budget_recall import SPLITS, score, split_samples, summarise, table
+from bench.budget_recall import SPLITS, missed_evidence, missed_table, score, split_samples, summarise, table
 from bench.budget_systems import (
     BM25,
     Piece,
@@ -22,6 +22,7 @@ from bench.budget_systems import (
     turn_piece,
     turn_tokens,
     verbatim_recall,
+    where_missed,
     words,
 )
 from epistream.client.sources import LocomoSample
@@ -127,3 +128,29 @@ def test_score_asks_a_budget_aware_system_per_budget_and_a_ranking_once_and_summ
     assert summary["recall_at_budget"]["context"]["1000"] == 1.0
     assert summary["recall_at_budget_by_category"]["context"]["1"]["500"] == 0.0
     assert "| context | 0.000 | 1.000 |" in table(summary)
+
+
+def test_where_missed_places_each_missing_evidence_turn_among_the_gathered_or_says_it_was_not_gathered() -> None:
+    context = [piece("D1:1", 10), piece("D1:9", 10, verbatim=False)]  # D1:9 only as a gist's source
+    found = where_missed(["D1:1", "D1:9", "D2:4", "D3:3"], context, ["D1:1", "D5:5", "D1:9", "D2:4"])
+    assert found == {"turns_in_context": 1, "missed": {"D1:9": 3, "D2:4": 4, "D3:3": None}}
+    assert where_missed(["D1:1"], context, [])["missed"] == {}
+
+
+def test_missed_evidence_counts_evidence_turns_per_category_held_ranked_below_or_not_gathered() -> None:
+    unscored: dict = {"recall": {}, "recall_with_sources": {}, "tokens": {}}
+
+    def record(category: int, evidence: list[str], missed: dict[str, int | None], held: int) -> dict:
+        return {"category": category, "evidence": evidence, **unscored,
+                "where_missed": {"context": {"1000": {"turns_in_context": held, "missed": missed}}}}
+
+    records = [record(1, ["a", "b", "c"], {"b": 30, "c": None}, 18), record(1, ["d"], {}, 20),
+               record(3, ["e", "f"], {"e": 50, "f": 70}, 22), {"category": 3, "evidence": ["g"], **unscored}]  # not explained
+    summary = missed_evidence(records, "context", "1000")
+    assert summary["1"] == {"evidence_turns": 4, "in_context": 2, "gathered_ranked_below": 1, "not_gathered": 1,
+                            "place_of_ranked_below_p50": 30, "turns_in_context_p50": 20}
+    assert summary["3"]["gathered_ranked_below"] == 2 and summary["3"]["evidence_turns"] == 2
+    assert summary["all"]["evidence_turns"] == 6 and summary["all"]["not_gathered"] == 1
+    table = missed_table(summary, "where it was")
+    assert "| multi-hop | 4 | 2 | 1 (30) | 1 | 20 |" in table
+    assert summarise(records, ["context"], (1000,))["missed_evidence"]["context"]["1000"] == summary

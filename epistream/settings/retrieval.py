@@ -33,7 +33,7 @@ class RetrievalSettings(BaseSettings):
         0.02, ge=0, description="Added to the fused score of a turn by a speaker the question names."
     )
     lexical_match_cap: int = Field(
-        2000, ge=0, description="Turns the rarest words of a question may find by full text (0: no cap, every word)."
+        1000, ge=0, description="Turns the rarest words of a question may find by full text (0: no cap, every word)."
     )
     deep_reads: Literal["windows", "segments"] = Field(
         "windows", description="What deep mode's assistants read: windows around the best turns, or routed segments."
