@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import statistics
 import sys
 import time
 from collections.abc import Iterable
@@ -142,8 +143,11 @@ async def score(systems: list[System], queries: list[Query], budgets: tuple[int,
                 record["recall_with_sources"][system.name][str(budget)] = recall_with_sources(query.evidence, context)
                 record["tokens"][system.name][str(budget)] = context_tokens(context)
                 if isinstance(system, ContextRead) and system.explain_misses:
+                    # The second read only where there is something to place: most contexts hold it all.
+                    complete = record["recall"][system.name][str(budget)] == 1.0
+                    gathered = [] if complete else await system.gathered_turns(query, budget)
                     record.setdefault("where_missed", {}).setdefault(system.name, {})[str(budget)] = where_missed(
-                        query.evidence, context, await system.gathered_turns(query, budget))
+                        query.evidence, context, gathered)
         records.append(record)
     return records
 
@@ -348,17 +352,16 @@ def missed_evidence(records: list[dict[str, Any]], system: str, budget: str) -> 
     median place of the gathered-but-missed among the gathered turns, and the median turns a context held."""
     out: dict[str, dict[str, Any]] = {}
     for category in ["all", *sorted({str(r["category"]) for r in records})]:
-        chosen = [r for r in records if category in ("all", str(r["category"]))]
-        seen = [r["where_missed"][system][budget] for r in chosen
-                if budget in r.get("where_missed", {}).get(system, {})]
-        places = [p for w in seen for p in w["missed"].values()]
-        evidence = sum(len(r["evidence"]) for r in chosen if budget in r.get("where_missed", {}).get(system, {}))
-        below = sorted(p for p in places if p is not None)
+        placed = [(r, r["where_missed"][system][budget]) for r in records
+                  if category in ("all", str(r["category"])) and budget in r.get("where_missed", {}).get(system, {})]
+        places = [p for _, w in placed for p in w["missed"].values()]
+        evidence = sum(len(r["evidence"]) for r, _ in placed)
+        below = [p for p in places if p is not None]
         out[category] = {"evidence_turns": evidence, "in_context": evidence - len(places),
                          "gathered_ranked_below": len(below), "not_gathered": len(places) - len(below),
-                         "place_of_ranked_below_p50": below[len(below) // 2] if below else None,
-                         "turns_in_context_p50": sorted(w["turns_in_context"] for w in seen)[len(seen) // 2]
-                         if seen else None}
+                         "place_of_ranked_below_p50": statistics.median_high(below) if below else None,
+                         "turns_in_context_p50": statistics.median_high(w["turns_in_context"] for _, w in placed)
+                         if placed else None}
     return out
 
 

@@ -49,7 +49,7 @@ class TurnRecipe:
     speaker_bonus: float = 0.02
     top_k: int = 8
     # Turns BM25's rarest words may find (turns.lexical_turns); 0: every word finds all. 1,000, not 2,000: in a
-    # 100,000-turn conversation a third faster at unchanged recall; LoCoMo's reads identical (docs/experiments.md).
+    # 100,000-turn conversation about a fifth faster at unchanged recall; LoCoMo's reads identical (docs/experiments.md).
     match_cap: int = 1_000
 
     def __post_init__(self) -> None:
